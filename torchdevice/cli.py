@@ -1,0 +1,67 @@
+"""The ``torchdevice`` command line (also ``python -m torchdevice``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import __version__
+
+
+def _info(args) -> int:
+    import torchdevice
+
+    from .errors import TorchDeviceError
+
+    records = torchdevice.backends()
+    problems = [str(p) for p in torchdevice.problems()]
+    error = None
+    try:
+        torchdevice.current_backend()
+    except TorchDeviceError as exc:
+        error = str(exc)
+    if args.json:
+        print(json.dumps({
+            "version": __version__,
+            "selected": next((r.name for r in records if r.selected), None),
+            "error": error,
+            "backends": [r.as_dict() for r in records],
+            "problems": problems,
+        }, indent=2))
+    else:
+        rows = [("backend", "plugin", "version", "device", "priority", "available", "selected", "notes")]
+        for r in records:
+            rows.append((
+                r.name, r.distribution or r.plugin, r.version or "?", r.device_type or "-",
+                "-" if r.priority is None else str(r.priority),
+                ("yes" if r.automatic else "on request") if r.available else "no",
+                "*" if r.selected else "", r.reason,
+            ))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        for row in rows:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        for problem in problems:
+            print(f"problem: {problem}")
+    if error:
+        print(f"torchdevice: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchdevice", description="Run accelerator-specific PyTorch code anywhere.")
+    parser.add_argument("--version", action="version", version=f"torchdevice {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    info = sub.add_parser("info", help="list backends, their plugins, availability and selection")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(func=_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

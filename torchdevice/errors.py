@@ -1,0 +1,63 @@
+"""Exceptions raised by torchdevice. Every message names the bad value and what would be valid."""
+from __future__ import annotations
+
+import torch
+
+
+class TorchDeviceError(RuntimeError):
+    """Base class of torchdevice's own errors."""
+
+
+class BackendNotFoundError(TorchDeviceError, ValueError):
+    """A backend name that no installed plugin declares."""
+
+    def __init__(self, name: str, known: list[str], available: list[str], source: str = ""):
+        self.name, self.known, self.available = name, known, available
+        where = f" (from {source})" if source else ""
+        super().__init__(
+            f"unknown torchdevice backend {name!r}{where}; known backends: "
+            f"{', '.join(known) or 'none'}; available here: {', '.join(available) or 'none'}"
+        )
+
+
+class BackendUnavailableError(TorchDeviceError):
+    """A backend that is installed but cannot run on this machine."""
+
+    def __init__(self, name: str, reason: str, available: list[str], source: str = ""):
+        self.name, self.reason, self.available = name, reason, available
+        where = f" (from {source})" if source else ""
+        super().__init__(
+            f"torchdevice backend {name!r}{where} is not available: {reason}; "
+            f"available here: {', '.join(available) or 'none'}"
+        )
+
+
+class UnsupportedError(TorchDeviceError, NotImplementedError):
+    """A function that the active backend cannot honour.
+
+    Raised instead of returning a made-up value. The message names the
+    function, the backend, and what to use instead.
+    """
+
+    def __init__(self, function: str, backend: str, instead: str = ""):
+        self.function, self.backend, self.instead = function, backend, instead
+        msg = f"{function} is not supported on torchdevice backend {backend!r}"
+        if instead:
+            msg += f"; instead: {instead}"
+        super().__init__(msg)
+
+
+class InvalidDeviceError(torch.AcceleratorError, TorchDeviceError):
+    """A device index beyond the backend's device count.
+
+    Subclasses ``torch.AcceleratorError`` (a ``RuntimeError``), the class CUDA
+    raises for an invalid device ordinal.
+    """
+
+    def __init__(self, index, count: int, backend: str):
+        self.index, self.count, self.backend = index, count, backend
+        super().__init__(
+            f"invalid device ordinal {index!r} for torchdevice backend {backend!r}: "
+            f"valid indices are 0..{count - 1}" if count else
+            f"invalid device ordinal {index!r}: backend {backend!r} has no devices"
+        )

@@ -1,0 +1,283 @@
+"""Backend discovery and selection.
+
+Selection order: :func:`use` > ``TORCHDEVICE_BACKEND`` > the highest-priority
+backend that is available for automatic selection. ``TORCHDEVICE_PRIORITY``
+(``"mlx=150,cuda=10"``) overrides declared priorities.
+
+Hooks run here only: once at discovery, once when the active backend is
+resolved. The result is the :class:`ActiveBackend`, cached until :func:`use`
+or a plugin (un)registration calls :func:`invalidate`. Everything on a hot
+path reads that cached object.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import plugins
+from .backend import (
+    Availability,
+    BackendSpec,
+    CollectiveOps,
+    DeviceProperties,
+    MemoryOps,
+    RNGOps,
+    StreamOps,
+)
+from .errors import BackendNotFoundError, BackendUnavailableError, TorchDeviceError
+
+ENV_BACKEND = "TORCHDEVICE_BACKEND"
+ENV_PRIORITY = "TORCHDEVICE_PRIORITY"
+
+
+@dataclass
+class BackendRecord:
+    """One discovered backend, as :func:`torchdevice.backends` reports it."""
+
+    name: str
+    plugin: str
+    distribution: str | None
+    version: str | None
+    device_type: str | None
+    priority: int | None
+    available: bool
+    reason: str
+    automatic: bool = True
+    selected: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class ActiveBackend:
+    """The resolved, cached backend that the API and the translation layer use."""
+
+    spec: BackendSpec
+    device_count: int
+    memory: MemoryOps
+    streams: StreamOps
+    rng: RNGOps
+    collectives: CollectiveOps
+    _properties: dict[int, DeviceProperties] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def device_type(self) -> str:
+        return self.spec.device_type
+
+    def properties(self, index: int) -> DeviceProperties:
+        props = self._properties.get(index)
+        if props is None:
+            errors: list = []
+            _, props = plugins.call_first(
+                "torchdevice_device_properties", errors, name=self.name, index=index
+            )
+            if props is None:
+                why = f": {errors[0]}" if errors else ""
+                raise TorchDeviceError(f"backend {self.name!r} gave no properties for device {index}{why}")
+            self._properties[index] = props
+        return props
+
+
+_lock = threading.RLock()
+_records: dict[str, BackendRecord] | None = None
+_active: ActiveBackend | None = None
+_requested: str | None = None
+_listeners: list[Callable[[], None]] = []
+
+
+def invalidate() -> None:
+    """Drop every cached hook result; the next access rediscovers and re-resolves."""
+    global _records, _active
+    with _lock:
+        _records = None
+        _active = None
+    for listener in list(_listeners):
+        listener()
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` whenever the active backend may have changed."""
+    _listeners.append(listener)
+
+
+def _priority_overrides() -> dict[str, int]:
+    raw = os.environ.get(ENV_PRIORITY, "")
+    overrides = {}
+    for item in filter(None, (p.strip() for p in raw.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            overrides[name.strip()] = int(value)
+        except ValueError:
+            raise ValueError(
+                f"{ENV_PRIORITY} item {item!r} is not NAME=INTEGER (e.g. {ENV_PRIORITY}=mlx=150,cuda=10)"
+            ) from None
+    return overrides
+
+
+def discover() -> dict[str, BackendRecord]:
+    """Return every declared backend (and every broken plugin), keyed by name."""
+    global _records
+    with _lock:
+        if _records is not None:
+            return _records
+        plugins.load()
+        overrides = _priority_overrides()
+        records: dict[str, BackendRecord] = {}
+        for plugin, specs in plugins.call_each("torchdevice_backends"):
+            info = plugins.plugin_info.get(plugin) or plugins.PluginInfo(plugin, None, None)
+            for spec in specs or ():
+                if not isinstance(spec, BackendSpec):
+                    plugins.problems.append(
+                        plugins.Problem(plugin, "torchdevice_backends", f"returned {spec!r}, not a BackendSpec")
+                    )
+                    continue
+                if spec.name in records:
+                    plugins.problems.append(
+                        plugins.Problem(
+                            plugin,
+                            "torchdevice_backends",
+                            f"backend {spec.name!r} is already provided by plugin {records[spec.name].plugin!r}",
+                        )
+                    )
+                    continue
+                errors: list = []
+                _, avail = plugins.call_first("torchdevice_availability", errors, name=spec.name)
+                if not isinstance(avail, Availability):
+                    why = str(errors[0]) if errors else f"availability hook returned {avail!r}"
+                    avail = Availability(False, why)
+                records[spec.name] = BackendRecord(
+                    name=spec.name,
+                    plugin=plugin,
+                    distribution=info.distribution,
+                    version=info.version,
+                    device_type=spec.device_type,
+                    priority=overrides.get(spec.name, spec.priority),
+                    available=avail.available,
+                    reason=avail.reason,
+                    automatic=avail.automatic,
+                    problems=[str(e) for e in errors],
+                )
+        # plugins that never declared a backend because they broke: report them too
+        for problem in plugins.problems:
+            if problem.stage == "import" and problem.plugin not in records:
+                info = plugins.plugin_info.get(problem.plugin)
+                records[problem.plugin] = BackendRecord(
+                    name=problem.plugin,
+                    plugin=problem.plugin,
+                    distribution=info.distribution if info else None,
+                    version=info.version if info else None,
+                    device_type=None,
+                    priority=None,
+                    available=False,
+                    reason=f"plugin failed to import: {problem.error}",
+                    problems=[str(problem)],
+                )
+        _records = records
+        return records
+
+
+def _usable(records: dict[str, BackendRecord]) -> list[str]:
+    return [r.name for r in records.values() if r.available and r.device_type is not None]
+
+
+def check(name: str, source: str = "") -> BackendRecord:
+    """Return the record of an available backend ``name``, or raise a clear error."""
+    records = discover()
+    record = records.get(name)
+    if record is None or record.device_type is None:
+        known = [r.name for r in records.values() if r.device_type is not None]
+        if record is not None:  # a broken plugin of that name
+            raise BackendUnavailableError(name, record.reason, _usable(records), source)
+        raise BackendNotFoundError(name, sorted(known), _usable(records), source)
+    if not record.available:
+        raise BackendUnavailableError(name, record.reason, _usable(records), source)
+    return record
+
+
+def _candidates() -> list[tuple[str, str]]:
+    """Backends to try, best first, each with how it was chosen."""
+    records = discover()
+    if _requested is not None:
+        return [(_requested, "torchdevice.use()")]
+    env = os.environ.get(ENV_BACKEND, "").strip()
+    if env:
+        return [(env, ENV_BACKEND)]
+    ranked = sorted(
+        (r for r in records.values() if r.available and r.automatic and r.device_type is not None),
+        key=lambda r: -r.priority,
+    )
+    return [(r.name, "priority") for r in ranked]
+
+
+def _resolve(name: str) -> ActiveBackend:
+    errors: list = []
+    found = {}
+    for hook in ("device_count", "memory", "streams", "rng", "collectives"):
+        _, found[hook] = plugins.call_first(f"torchdevice_{hook}", errors, name=name)
+        if found[hook] is None:
+            why = str(errors[-1]) if errors else "no plugin answered"
+            raise BackendUnavailableError(name, f"torchdevice_{hook} failed: {why}", [])
+    record = discover()[name]
+    spec = BackendSpec(name, record.device_type, record.priority)
+    return ActiveBackend(spec, int(found["device_count"]), found["memory"], found["streams"], found["rng"], found["collectives"])
+
+
+def active() -> ActiveBackend:
+    """The active backend, resolving and caching it on first use."""
+    backend = _active
+    if backend is not None:
+        return backend
+    return _activate()
+
+
+def _activate() -> ActiveBackend:
+    global _active
+    with _lock:
+        if _active is not None:
+            return _active
+        failures = []
+        for name, source in _candidates():
+            if source != "priority":
+                check(name, source)  # explicit choice: a clear error, no fallback
+            try:
+                backend = _resolve(name)
+            except BackendUnavailableError as exc:
+                record = discover().get(name)
+                if record is not None:
+                    record.available, record.reason = False, exc.reason
+                    record.problems.append(exc.reason)
+                if source != "priority":
+                    raise BackendUnavailableError(name, exc.reason, _usable(discover()), source) from None
+                failures.append(str(exc))
+                continue
+            for record in discover().values():
+                record.selected = record.name == name
+            _active = backend
+            return backend
+        raise TorchDeviceError("no torchdevice backend could be resolved: " + "; ".join(failures))
+
+
+def use(name: str | None) -> None:
+    """Make ``name`` the active backend (``None``: back to automatic selection)."""
+    global _requested
+    if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"torchdevice.use() expects a backend name (str) or None, got {name!r}")
+        check(name, "torchdevice.use()")
+    with _lock:
+        _requested = name
+    invalidate()
+
+
+def requested() -> str | None:
+    return _requested

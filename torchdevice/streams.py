@@ -1,0 +1,289 @@
+"""Streams and events for host-synchronous backends (CPU; the base of MLX's).
+
+On such a backend every operation has finished when the Python call that
+launched it returns, so a stream is trivially in order and always complete:
+``query()`` is True, ``synchronize()`` and ``wait_*`` have nothing to wait for.
+What still needs real work is kept real:
+
+* the current stream and current device are per thread, as CUDA's are; a new
+  thread starts on device 0 and its default stream;
+* ``Event(enable_timing=True).record()`` first synchronizes its stream (a hook
+  for backends with deferred work, such as MLX) and then takes
+  ``time.perf_counter_ns()``, so ``elapsed_time`` is real wall time in
+  milliseconds between the two points of the program;
+* ``elapsed_time`` raises as CUDA does when either event was made without
+  ``enable_timing=True`` or was never recorded.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import ClassVar
+
+import torch
+
+from .backend import StreamOps, emulated, noop
+from .errors import InvalidDeviceError, UnsupportedError
+
+_DeviceClass = torch.device  # bound at import, before any translation patch
+
+_state = threading.local()
+_default_streams: dict[tuple[str, int], "HostStream"] = {}
+_default_lock = threading.Lock()
+
+
+def parse_index(device, current: int, count: int, backend: str) -> int:
+    """Turn ``None``/int/str/``torch.device`` into a valid device index of ``backend``.
+
+    ``None``, a negative int, or a device without index mean the current
+    device. An index outside ``0..count-1`` raises :class:`InvalidDeviceError`.
+    A malformed string raises torch's own ``RuntimeError`` naming it.
+    """
+    if device is None:
+        index = current
+    elif isinstance(device, bool):
+        raise TypeError(f"expected a device index, str or torch.device, got {device!r}")
+    elif isinstance(device, int):
+        index = current if device < 0 else device
+    elif isinstance(device, (str, _DeviceClass)) or hasattr(device, "index"):
+        dev = device if hasattr(device, "index") else _DeviceClass(device)
+        index = current if dev.index is None else dev.index
+    else:
+        raise TypeError(
+            f"expected a device index, str or torch.device, got {type(device).__name__} {device!r}"
+        )
+    if not 0 <= index < count:
+        raise InvalidDeviceError(index, count, backend)
+    return index
+
+
+def _stacks() -> dict:
+    # per-thread: (backend, index) -> current stream; backend -> current device
+    try:
+        return _state.current
+    except AttributeError:
+        _state.current = {}
+        _state.device = {}
+        return _state.current
+
+
+def current_device_of(backend: str) -> int:
+    _stacks()
+    return _state.device.get(backend, 0)
+
+
+def set_current_device_of(backend: str, index: int) -> None:
+    _stacks()
+    _state.device[backend] = index
+
+
+class HostStream:
+    """A stream of a host-synchronous backend (see the module docstring).
+
+    Mirrors ``torch.cuda.Stream``: ``Stream(device=None, priority=0)``,
+    ``query``, ``synchronize``, ``wait_event``, ``wait_stream``,
+    ``record_event``, and use as a context manager.
+    """
+
+    backend: ClassVar[str] = "cpu"
+    device_type: ClassVar[str] = "cpu"
+    device_count: ClassVar[int] = 1
+    _ids: ClassVar = itertools.count(1)
+
+    def __init__(self, device=None, priority: int = 0, **kwargs):
+        if kwargs.get("stream_id") == 0:
+            self.stream_id = 0  # the default stream
+        elif kwargs:
+            raise TypeError(f"unexpected arguments to Stream: {sorted(kwargs)}")
+        else:
+            self.stream_id = next(HostStream._ids)
+        self.device_index = parse_index(
+            device, current_device_of(self.backend), self.device_count, self.backend
+        )
+        self.priority = priority
+        self._saved: list = []
+
+    @property
+    def device(self):
+        return _DeviceClass(self.device_type, self.device_index)
+
+    @emulated("work is complete when its call returns: always True")
+    def query(self) -> bool:
+        return True
+
+    @noop("work is complete when its call returns")
+    def synchronize(self) -> None:
+        return None
+
+    def wait_event(self, event) -> None:
+        """Make later work wait for ``event``: already true on a synchronous host."""
+        event.synchronize()
+
+    def wait_stream(self, stream) -> None:
+        """Make later work wait for ``stream``'s work so far."""
+        stream.synchronize()
+
+    def record_event(self, event=None):
+        """Record ``event`` (a new one if None) on this stream and return it."""
+        event = event if event is not None else self.event_class()()
+        event.record(self)
+        return event
+
+    @classmethod
+    def event_class(cls) -> type:
+        return HostEvent
+
+    def __enter__(self):
+        self._saved.append((current_device_of(self.backend), current_stream_of(self.backend, self.device_index)))
+        set_current_device_of(self.backend, self.device_index)
+        set_current_stream(self)
+        return self
+
+    def __exit__(self, *exc):
+        device, stream = self._saved.pop()
+        set_current_stream(stream)
+        set_current_device_of(self.backend, device)
+        return False
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, HostStream)
+            and other.backend == self.backend
+            and other.device_index == self.device_index
+            and other.stream_id == self.stream_id
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.backend, self.device_index, self.stream_id))
+
+    def __repr__(self) -> str:
+        return f"<torchdevice.Stream backend={self.backend} device={self.device} stream_id={self.stream_id}>"
+
+
+class HostEvent:
+    """An event of a host-synchronous backend (see the module docstring).
+
+    Mirrors ``torch.cuda.Event(enable_timing=False, blocking=False,
+    interprocess=False)``: ``record``, ``wait``, ``query``, ``synchronize``,
+    ``elapsed_time``.
+    """
+
+    backend: ClassVar[str] = "cpu"
+    stream_class: ClassVar[type] = HostStream
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        if interprocess:
+            raise UnsupportedError(
+                "Event(interprocess=True)", self.backend, "share results through torch.multiprocessing instead"
+            )
+        self.enable_timing = bool(enable_timing)
+        self.blocking = bool(blocking)
+        self._time_ns: int | None = None
+        self._stream: HostStream | None = None
+
+    @property
+    def device(self):
+        return None if self._stream is None else self._stream.device
+
+    def record(self, stream=None) -> None:
+        """Record the event on ``stream`` (default: the current stream)."""
+        if stream is None:
+            stream = current_stream_of(self.backend, current_device_of(self.backend))
+        stream.synchronize()
+        self._stream = stream
+        self._time_ns = time.perf_counter_ns()
+
+    def wait(self, stream=None) -> None:
+        """Make ``stream``'s later work wait for this event: already true on a synchronous host."""
+        self.synchronize()
+
+    def query(self) -> bool:
+        """True: recorded work is complete, and CUDA also answers True for an unrecorded event."""
+        return True
+
+    def synchronize(self) -> None:
+        """Wait for the recorded work: it is complete once ``record`` returns."""
+        if self._stream is not None:
+            self._stream.synchronize()
+
+    def elapsed_time(self, end_event: "HostEvent") -> float:
+        """Milliseconds between this event's record and ``end_event``'s, measured on the host clock."""
+        if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._time_ns is None or end_event._time_ns is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._time_ns - self._time_ns) / 1e6
+
+    def __repr__(self) -> str:
+        state = "recorded" if self._time_ns is not None else "unrecorded"
+        return f"<torchdevice.Event backend={self.backend} {state} enable_timing={self.enable_timing}>"
+
+
+def default_stream_of(stream_class: type[HostStream], index: int) -> HostStream:
+    key = (stream_class.backend, index)
+    stream = _default_streams.get(key)
+    if stream is None:
+        with _default_lock:
+            stream = _default_streams.get(key)
+            if stream is None:
+                stream = _default_streams[key] = stream_class(index, stream_id=0)
+    return stream
+
+
+_stream_classes: dict[str, type[HostStream]] = {}
+
+
+def current_stream_of(backend: str, index: int) -> HostStream:
+    stream = _stacks().get((backend, index))
+    if stream is None:
+        stream = default_stream_of(_stream_classes[backend], index)
+    return stream
+
+
+def set_current_stream(stream: HostStream) -> None:
+    _stacks()[(stream.backend, stream.device_index)] = stream
+
+
+class HostStreamOps(StreamOps):
+    """Stream/event family for host-synchronous backends.
+
+    Subclasses set ``Stream`` and ``Event`` to subclasses of
+    :class:`HostStream`/:class:`HostEvent` bound to their backend, and may
+    override :meth:`synchronize` (MLX calls ``mx.synchronize``).
+    """
+
+    Stream: ClassVar[type] = HostStream
+    Event: ClassVar[type] = HostEvent
+
+    def __init__(self, backend: str):
+        super().__init__(backend)
+        _stream_classes[backend] = self.Stream
+
+    @emulated("per-thread current device, as CUDA's")
+    def current_device(self) -> int:
+        return current_device_of(self.backend)
+
+    @emulated("per-thread current device, as CUDA's")
+    def set_device(self, index: int) -> None:
+        set_current_device_of(self.backend, index)
+
+    @noop("work is complete when its call returns")
+    def synchronize(self, index: int) -> None:
+        return None
+
+    @emulated("per-thread current stream, as CUDA's")
+    def current_stream(self, index: int):
+        return current_stream_of(self.backend, index)
+
+    @emulated("one default stream per device, shared by all threads")
+    def default_stream(self, index: int):
+        return default_stream_of(self.Stream, index)
+
+    @emulated("per-thread current stream, as CUDA's")
+    def set_stream(self, stream) -> None:
+        if not isinstance(stream, self.Stream):
+            raise TypeError(
+                f"set_stream expects a {self.backend} stream ({self.Stream.__qualname__}), got {stream!r}"
+            )
+        set_current_stream(stream)

@@ -1,0 +1,169 @@
+"""Turning translation on and off: :func:`patch`, :func:`unpatch`, :func:`patched`.
+
+While patched, code written for ``cuda`` (or ``mps``, ``xpu``, ``mtia``) runs
+on the active backend. The work is split by concern; each module below has an
+``install(patcher, target)`` that patches torch through the shared
+:class:`~torchdevice._patching.Patcher`, so :func:`unpatch` restores every
+touched attribute exactly (identity):
+
+* :mod:`torchdevice.devices` -- device strings and objects wherever a device
+  enters torch (``torch.device``, factories, ``.to``, modules, ``torch.load``,
+  generators, default device, pinned memory);
+* :mod:`torchdevice.namespaces` -- ``torch.cuda``/``mps``/``xpu``/``mtia``
+  fronting the active backend;
+* :mod:`torchdevice.amp` -- autocast and GradScaler for the source device types;
+* :mod:`torchdevice.distributed` -- ``init_process_group("nccl")`` and friends.
+
+The :class:`Target` passed to installers is an immutable snapshot of the
+active backend, rebuilt when :func:`torchdevice.use` changes it (translation
+is then re-installed).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+from . import router
+from ._patching import Patcher
+
+#: Device types whose code torchdevice translates.
+SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
+
+#: Installer modules, in order. Each has ``install(patcher, target)``.
+INSTALLERS = (
+    "torchdevice.devices",
+    "torchdevice.namespaces",
+    "torchdevice.amp",
+    "torchdevice.distributed",
+)
+
+ENV_REPORT_AVAILABLE = "TORCHDEVICE_REPORT_AVAILABLE"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where translated code runs: a snapshot of the active backend."""
+
+    backend: str  #: the backend's name, e.g. ``"cpu"``, ``"mlx"``, ``"cuda"``
+    device_type: str  #: torch device type its tensors live on
+    device_count: int
+    sources: frozenset  #: device types translated to ``device_type``
+    report_available: bool  #: what ``torch.cuda.is_available()`` etc. answer on an accelerator-less target
+
+    @property
+    def indexed(self) -> bool:
+        """Whether target devices carry an index (``cpu`` tensors have none)."""
+        return self.device_type != "cpu"
+
+
+_lock = threading.RLock()
+_patcher: Patcher | None = None
+_target: Target | None = None
+_options: dict = {}
+
+
+def _report_available_default() -> bool:
+    raw = os.environ.get(ENV_REPORT_AVAILABLE, "1").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{ENV_REPORT_AVAILABLE} must be 1 or 0 (true/false), got {raw!r}")
+
+
+def make_target(report_available: bool | None = None) -> Target:
+    backend = router.active()
+    if report_available is None:
+        report_available = _report_available_default()
+    sources = frozenset(t for t in SOURCE_TYPES if t != backend.device_type)
+    return Target(backend.name, backend.device_type, backend.device_count, sources, report_available)
+
+
+def target() -> Target | None:
+    """The current translation target, or ``None`` when not patched."""
+    return _target
+
+
+def is_patched() -> bool:
+    return _patcher is not None
+
+
+def patch(*, report_available: bool | None = None) -> Target:
+    """Turn translation on, targeting the active backend; idempotent.
+
+    ``report_available`` decides what ``torch.cuda.is_available()`` (and
+    ``device_count()``) say when the target has no accelerator (CPU, MLX on
+    CPU): True by default so CUDA-only programs take their GPU path, which
+    then runs on the target. Override with ``TORCHDEVICE_REPORT_AVAILABLE=0``.
+    Returns the :class:`Target`.
+    """
+    global _patcher, _target
+    with _lock:
+        if _patcher is not None:
+            if report_available is None or report_available == _target.report_available:
+                return _target
+            _unpatch_locked()
+        _options["report_available"] = report_available
+        new_target = make_target(report_available)
+        patcher = Patcher()
+        try:
+            for name in INSTALLERS:
+                module = importlib.import_module(name)
+                module.install(patcher, new_target)
+        except BaseException:
+            patcher.restore()
+            raise
+        _patcher, _target = patcher, new_target
+        return new_target
+
+
+def _unpatch_locked() -> None:
+    global _patcher, _target
+    if _patcher is not None:
+        _patcher.restore()
+        for name in INSTALLERS:
+            module = importlib.import_module(name)
+            uninstall = getattr(module, "uninstall", None)
+            if uninstall is not None:
+                uninstall()
+    _patcher, _target = None, None
+
+
+def unpatch() -> None:
+    """Turn translation off and restore every patched attribute of torch exactly; idempotent."""
+    with _lock:
+        _unpatch_locked()
+
+
+@contextlib.contextmanager
+def patched(*, report_available: bool | None = None) -> Iterator[Target]:
+    """Context manager: translation on inside, and back to the previous state after.
+
+    Example::
+
+        with torchdevice.patched():
+            x = torch.ones(3, device="cuda")   # on the active backend
+    """
+    was = is_patched()
+    target = patch(report_available=report_available)
+    try:
+        yield target
+    finally:
+        if not was:
+            unpatch()
+
+
+def _on_backend_change() -> None:
+    # use() switched backends: re-install against the new one.
+    with _lock:
+        if _patcher is not None:
+            options = dict(_options)
+            _unpatch_locked()
+            patch(**options)
+
+
+router.on_change(_on_backend_change)
