@@ -33,6 +33,7 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .router import BackendRecord
+from .translate import is_patched, patch, patched, unpatch
 
 
 class use:
@@ -101,5 +102,5 @@ __all__ = [
     "use", "backends", "problems", "hookimpl", "Backend", "BackendSpec", "Availability",
     "DeviceProperties", "MemoryOps", "StreamOps", "RNGOps", "CollectiveOps", "Status",
     "TorchDeviceError", "BackendNotFoundError", "BackendUnavailableError", "UnsupportedError",
-    "InvalidDeviceError", "Stream", "Event", *_api_all,
+    "InvalidDeviceError", "Stream", "Event", "patch", "unpatch", "patched", "is_patched", *_api_all,
 ]

@@ -1,0 +1,410 @@
+"""Device translation: wherever a device enters torch, map source devices to the target.
+
+Installed by :func:`torchdevice.translate.patch`. A *source* device is one of
+``cuda``, ``mps``, ``xpu``, ``mtia`` other than the target's own type; it maps
+to the active backend's device with its index kept (``"cuda:1"`` → ``mps:1``),
+except that a ``cpu`` target has no indices (CPU tensors report
+``device(type='cpu')``), so there ``"cuda:0"`` → ``cpu`` once the index is
+checked. An index beyond the device count raises
+:class:`~torchdevice.errors.InvalidDeviceError` (a ``torch.AcceleratorError``,
+as CUDA raises). ``"cpu"`` is never moved.
+
+Where devices enter, and what is patched:
+
+* ``torch.device`` -- replaced by a class whose metaclass maps on construction
+  and forwards ``isinstance``/``issubclass``/``|`` (typing) to the real class,
+  so ``torch.device | None`` and every ``isinstance(x, torch.device)`` keep
+  working; pickles of devices name ``torch.device`` (a ``copyreg`` entry);
+* factories taking ``device=`` (``torch.zeros``, ``torch.tensor``, ...,
+  ``*_like``), ``Tensor.new_*``, ``torch.Generator(device=)``,
+  ``torch.set_default_device``;
+* ``Tensor.to`` / ``.cuda()`` / ``.xpu()`` / ``.mtia()``, ``Tensor.is_cuda`` and
+  friends (True for tensors on the target device: they are where "cuda"
+  tensors of the program live); ``nn.Module.to`` / ``.cuda()`` / ``.xpu()`` /
+  ``.mtia()`` / ``.to_empty()``;
+* ``torch.load`` -- ``map_location`` strings, devices and dict values are
+  mapped; with no ``map_location``, storages saved on a source device are
+  restored on the target;
+* pinned memory on a ``cpu`` target: ``Tensor.pin_memory()`` returns the
+  tensor (host memory is already where the device reads it) and
+  ``DataLoader(pin_memory=True)`` does not pin.
+
+Hot paths do one dict lookup (a cache from device argument to mapped device,
+rebuilt on every install) and, only when tracing is on, note the call site.
+"""
+from __future__ import annotations
+
+import copyreg
+import functools
+
+import torch
+import torch.nn
+import torch.utils.data
+
+from . import trace
+from .errors import InvalidDeviceError
+
+_Device = torch.device  # the real classes, captured before any patch
+_Generator = torch.Generator
+
+#: torch functions taking ``device=`` that are patched (those present in this torch).
+FACTORIES = (
+    "arange", "as_tensor", "asarray", "bartlett_window", "blackman_window", "empty",
+    "empty_like", "empty_permuted", "empty_quantized", "empty_strided", "eye", "from_file",
+    "full", "full_like", "hamming_window", "hann_window", "kaiser_window", "linspace",
+    "logspace", "normal", "ones", "ones_like", "rand", "rand_like", "randint",
+    "randint_like", "randn", "randn_like", "randperm", "range", "scalar_tensor",
+    "sparse_bsc_tensor", "sparse_bsr_tensor", "sparse_compressed_tensor",
+    "sparse_coo_tensor", "sparse_csc_tensor", "sparse_csr_tensor", "tensor",
+    "tril_indices", "triu_indices", "zeros", "zeros_like",
+)
+TENSOR_NEW = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
+
+_cache: dict = {}  # device argument -> mapped real torch.device (or the argument itself)
+_device_cache: dict = {}  # torch.device(arg) -> the real torch.device it returns
+_translated: set = set()  # keys of _cache that were source devices (for tracing)
+_target = None
+_saved_pickler = None
+
+
+# -- mapping ---------------------------------------------------------------------------
+
+
+def _mapped_index(index):
+    """The real target device for source index ``index`` (None: the current device)."""
+    t = _target
+    if index is not None and not 0 <= index < t.device_count:
+        raise InvalidDeviceError(index, t.device_count, t.backend)
+    if not t.indexed:
+        return _Device(t.device_type)
+    return _Device(t.device_type) if index is None else _Device(t.device_type, index)
+
+
+def _compute(device):
+    if isinstance(device, _Device):
+        real = device
+    elif isinstance(device, str):
+        real = _Device(device)
+    elif isinstance(device, int) and not isinstance(device, bool):
+        if device < 0:
+            raise ValueError(f"device index must be non-negative, got {device}")
+        return _mapped_index(device), True  # a bare ordinal means the accelerator's
+    else:
+        return device, False  # not a device argument we know: leave it to torch
+    if real.type in _target.sources:
+        return _mapped_index(real.index), True
+    return real if isinstance(device, _Device) else device, False
+
+
+def map_device(device):
+    """Return ``device`` translated for the current target (unchanged when not a source device)."""
+    try:
+        return _cache[device]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable: not a device
+        return device
+    mapped, translated = _compute(device)
+    if len(_cache) < 4096:
+        _cache[device] = mapped
+        if translated:
+            _translated.add(device)
+    return mapped
+
+
+def _note(device, api: str) -> None:
+    try:
+        if device in _translated:
+            trace.note(api, "translated")
+    except TypeError:
+        pass
+
+
+# -- torch.device and torch.Generator replacements ------------------------------------------
+
+
+class _ProxyMeta(type):
+    """Metaclass of the stand-ins for C types that cannot be subclassed or patched."""
+
+    _real: type
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls._real)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, cls._real)
+
+    def __or__(cls, other):
+        return cls._real | other
+
+    def __ror__(cls, other):
+        return other | cls._real
+
+    def __getattr__(cls, name):
+        return getattr(cls._real, name)
+
+    def __repr__(cls):
+        return repr(cls._real)
+
+
+class _DeviceMeta(_ProxyMeta):
+    def __call__(cls, *args, **kwargs):
+        if not kwargs and len(args) == 1:
+            try:
+                result = _device_cache[args[0]]
+            except (KeyError, TypeError):
+                pass
+            else:
+                if trace.active:
+                    _note(args[0], "torch.device")
+                return result
+        real = _Device(*args, **kwargs)
+        translated = real.type in _target.sources
+        if translated:
+            if trace.active:
+                trace.note("torch.device", "translated")
+            real = _mapped_index(real.index)
+        if not kwargs and len(args) == 1 and len(_device_cache) < 4096:
+            try:
+                _device_cache[args[0]] = real
+            except TypeError:
+                pass
+        return real
+
+
+class device(metaclass=_DeviceMeta):
+    """Stand-in for ``torch.device`` while translating (see :mod:`torchdevice.devices`)."""
+
+    _real = _Device
+
+
+class _GeneratorMeta(_ProxyMeta):
+    def __call__(cls, device="cpu", *args, **kwargs):
+        if trace.active:
+            _note(device, "torch.Generator")
+        return _Generator(map_device(device), *args, **kwargs)
+
+
+class Generator(metaclass=_GeneratorMeta):
+    """Stand-in for ``torch.Generator`` while translating."""
+
+    _real = _Generator
+
+
+for _proxy in (device, Generator):
+    _proxy.__module__ = "torch"
+    _proxy.__qualname__ = _proxy.__name__ = _proxy._real.__name__
+    _proxy.__doc__ = _proxy._real.__doc__
+
+
+def _reduce_device(dev):
+    # pickle names the class by "torch.device", which is the stand-in while patched
+    return (device, (dev.type,) if dev.index is None else (dev.type, dev.index))
+
+
+# -- wrappers -------------------------------------------------------------------------------
+
+
+def _factory(fn, api):
+    cache = _cache
+
+    @functools.wraps(fn)
+    def factory(*args, **kwargs):
+        dev = kwargs.get("device")
+        if dev is not None:
+            try:
+                kwargs["device"] = cache[dev]
+            except (KeyError, TypeError):
+                kwargs["device"] = map_device(dev)
+            if trace.active:
+                _note(dev, api)
+        return fn(*args, **kwargs)
+
+    return factory
+
+
+def _positional_device(fn, api):
+    """Wrap a method whose first positional argument or ``device=`` may be a device (``.to``)."""
+    cache = _cache
+    Device = _Device
+
+    @functools.wraps(fn)
+    def to(self, *args, **kwargs):
+        if args:
+            first = args[0]
+            cls = first.__class__
+            if cls is str or cls is Device or cls is int:
+                try:
+                    mapped = cache[first]
+                except KeyError:
+                    mapped = map_device(first)
+                if mapped is not first:
+                    args = (mapped, *args[1:])
+                    if trace.active:
+                        _note(first, api)
+        dev = kwargs.get("device")
+        if dev is not None:
+            kwargs["device"] = map_device(dev)
+            if trace.active:
+                _note(dev, api)
+        return fn(self, *args, **kwargs)
+
+    return to
+
+
+def _move_method(source: str, kind: str, to):
+    """``Tensor.cuda(device=None, ...)`` / ``Module.cuda(device=None)`` as a ``.to`` to the target."""
+    api = f"{kind}.{source}()"
+
+    def move(self, device=None, *args, **kwargs):
+        if trace.active:
+            trace.note(api, "translated")
+        if device is None:
+            target = map_device(source)
+        elif isinstance(device, int) and not isinstance(device, bool):
+            target = map_device(device)
+        else:
+            target = map_device(_Device(device))
+        if kind == "Module":
+            return to(self, target)
+        non_blocking = kwargs.pop("non_blocking", args[0] if args else False)
+        return to(self, target, non_blocking=non_blocking, **kwargs)
+
+    move.__name__ = source
+    move.__doc__ = f"Translated ``{kind}.{source}()``: moves to the active torchdevice backend."
+    return move
+
+
+def _is_source_property(source: str, device_type: str):
+    api = f"Tensor.is_{source}"
+
+    def getter(self):
+        if trace.active:
+            trace.note(api, "translated")
+        return self.device.type == device_type
+
+    return property(getter, doc=f"Translated ``Tensor.is_{source}``: True on the target device ({device_type}).")
+
+
+def _module_to_empty(fn):
+    @functools.wraps(fn)
+    def to_empty(self, *, device, recurse=True):
+        return fn(self, device=map_device(device), recurse=recurse)
+
+    return to_empty
+
+
+def _load(fn):
+    sources = _target.sources
+
+    def restore_on_target(storage, location):
+        if location.partition(":")[0] in sources:
+            mapped = map_device(location)
+            return torch.serialization.default_restore_location(storage, str(mapped))
+        return None  # torch's default restore
+
+    @functools.wraps(fn)
+    def load(f, map_location=None, *args, **kwargs):
+        if map_location is None:
+            map_location = restore_on_target
+        elif isinstance(map_location, (str, _Device)):
+            map_location = map_device(map_location)
+            if isinstance(map_location, _Device):
+                map_location = str(map_location)
+        elif isinstance(map_location, dict):
+            map_location = {k: str(map_device(v)) if isinstance(v, (str, _Device)) else v
+                            for k, v in map_location.items()}
+        if trace.active:
+            trace.note("torch.load(map_location=)", "translated")
+        return fn(f, map_location, *args, **kwargs)
+
+    return load
+
+
+def _set_default_device(fn):
+    @functools.wraps(fn)
+    def set_default_device(device):
+        if trace.active:
+            _note(device, "torch.set_default_device")
+        return fn(None if device is None else map_device(device))
+
+    return set_default_device
+
+
+def _pin_memory_noop(self, device=None):
+    """Translated ``Tensor.pin_memory()``: a no-op on a CPU target (host memory is the device's)."""
+    if trace.active:
+        trace.note("Tensor.pin_memory", "no-op")
+    return self
+
+
+def _dataloader_init(fn):
+    @functools.wraps(fn)
+    def __init__(self, *args, **kwargs):
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+            if trace.active:
+                trace.note("DataLoader(pin_memory=True)", "no-op")
+        elif len(args) > 7 and args[7]:
+            args = (*args[:7], False, *args[8:])
+        return fn(self, *args, **kwargs)
+
+    return __init__
+
+
+# -- install -----------------------------------------------------------------------------
+
+
+def install(patcher, target) -> None:
+    """Patch every place a device enters torch (see the module docstring)."""
+    global _target, _saved_pickler
+    _target = target
+    _cache.clear()
+    _device_cache.clear()
+    _translated.clear()
+    for name in ("cpu", _Device("cpu"), target.device_type):
+        map_device(name)
+    for source in target.sources:  # warm the cache for the common spellings
+        for spelling in (source, f"{source}:0", _Device(source), _Device(source, 0), 0):
+            map_device(spelling)
+
+    patcher.set(torch, "device", device)
+    patcher.set(torch, "Generator", Generator)
+    _saved_pickler = copyreg.dispatch_table.get(_Device)
+    copyreg.pickle(_Device, _reduce_device)
+
+    for name in FACTORIES:
+        fn = getattr(torch, name, None)
+        if fn is not None:
+            patcher.set(torch, name, _factory(fn, f"torch.{name}(device=)"))
+    for name in TENSOR_NEW:
+        patcher.set(torch.Tensor, name, _factory(getattr(torch.Tensor, name), f"Tensor.{name}(device=)"))
+    tensor_to = patcher.set(torch.Tensor, "to", _positional_device(torch.Tensor.to, "Tensor.to"))
+    module_to = patcher.set(torch.nn.Module, "to", _positional_device(torch.nn.Module.to, "Module.to"))
+    patcher.set(torch.nn.Module, "to_empty", _module_to_empty(torch.nn.Module.to_empty))
+    for source in target.sources:
+        if hasattr(torch.Tensor, source):
+            patcher.set(torch.Tensor, source, _move_method(source, "Tensor", tensor_to))
+        if hasattr(torch.nn.Module, source):
+            patcher.set(torch.nn.Module, source, _move_method(source, "Module", module_to))
+        if hasattr(torch.Tensor, f"is_{source}"):
+            patcher.set(torch.Tensor, f"is_{source}", _is_source_property(source, target.device_type))
+
+    patcher.set(torch, "load", _load(torch.load))
+    patcher.set(torch, "set_default_device", _set_default_device(torch.set_default_device))
+    if target.device_type == "cpu":
+        patcher.set(torch.Tensor, "pin_memory", _pin_memory_noop)
+        loader = torch.utils.data.DataLoader
+        patcher.set(loader, "__init__", _dataloader_init(loader.__init__))
+
+
+def uninstall() -> None:
+    """Undo what :func:`install` did outside attributes (the copyreg entry)."""
+    global _target
+    if _saved_pickler is None:
+        copyreg.dispatch_table.pop(_Device, None)
+    else:
+        copyreg.dispatch_table[_Device] = _saved_pickler
+    _cache.clear()
+    _device_cache.clear()
+    _translated.clear()
