@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="list backends, their plugins, availability and selection")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=_info)
+    from . import run as _run  # torchdevice run [--backend NAME] [--report FILE] SCRIPT|-m MODULE [ARGS...]
+
+    run = sub.add_parser("run", help="run a CUDA-written program unmodified on the active backend",
+                         description="Run a program like `python SCRIPT ARGS` (or `python -m MODULE ARGS`) "
+                                     "with translation on.")
+    _run.add_arguments(run)
+    run.set_defaults(func=_run.main)
     return parser
 
 

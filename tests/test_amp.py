@@ -1,0 +1,245 @@
+"""AMP under translation: autocast and GradScaler written for CUDA run real mixed precision on CPU."""
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import amp, trace, translate
+
+
+@pytest.fixture
+def patched(on_cpu):
+    translate.unpatch()
+    translate.patch()
+    try:
+        yield translate.target()
+    finally:
+        translate.unpatch()
+
+
+def _model_and_data(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    x = torch.randn(8, 16, generator=g)
+    y = torch.randn(8, 4, generator=g)
+    return model, x, y
+
+
+def _train(device_type, scaler_factory, autocast_factory, steps=3):
+    model, x, y = _model_and_data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = scaler_factory()
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        with autocast_factory():
+            out = model(x)
+            loss = torch.nn.functional.mse_loss(out.float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    return losses, [p.detach().clone() for p in model.parameters()], scaler
+
+
+def test_autocast_cuda_runs_bf16_on_cpu(patched):
+    model, x, _ = _model_and_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("cuda"):
+            out = model(x)
+            assert torch.is_autocast_enabled("cuda")
+            assert torch.is_autocast_enabled()  # the legacy no-argument form means CUDA
+            assert torch.get_autocast_dtype("cuda") is torch.bfloat16
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ref = model(x)
+    assert out.dtype is torch.bfloat16
+    assert torch.equal(out, ref)
+    assert not torch.is_autocast_enabled("cuda")
+
+
+def test_all_spellings_translate(patched):
+    model, x, _ = _model_and_data()
+    with torch.amp.autocast("cuda"):
+        assert model(x).dtype is torch.bfloat16
+    with torch.amp.autocast(device_type="cuda", enabled=True):
+        assert model(x).dtype is torch.bfloat16
+    with pytest.warns(FutureWarning, match="torch.cuda.amp.autocast"):  # torch says so on CUDA too
+        ctx = torch.cuda.amp.autocast()
+    with ctx:
+        assert model(x).dtype is torch.bfloat16
+
+    @torch.autocast("cuda")
+    def forward(inp):
+        return model(inp)
+
+    assert forward(x).dtype is torch.bfloat16
+    with torch.autocast("mps"), torch.autocast("xpu"):  # code written for other accelerators too
+        assert model(x).dtype is torch.bfloat16
+
+
+def test_explicit_dtype_is_honoured(patched):
+    model, x, _ = _model_and_data()
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = model(x)
+    with torch.autocast("cpu", dtype=torch.float16):
+        ref = model(x)
+    assert out.dtype is torch.float16 and torch.equal(out, ref)
+    with pytest.warns(FutureWarning):
+        ctx = torch.cuda.amp.autocast(dtype=torch.float16)
+    with ctx:
+        assert model(x).dtype is torch.float16
+    with torch.autocast("cuda", enabled=False):
+        assert model(x).dtype is torch.float32
+
+
+def test_env_overrides_implicit_dtype(on_cpu, monkeypatch):
+    monkeypatch.setenv(amp.ENV_AMP_DTYPE, "float16")
+    translate.unpatch()
+    with translate.patched():
+        model, x, _ = _model_and_data()
+        with torch.autocast("cuda"):
+            assert model(x).dtype is torch.float16
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert model(x).dtype is torch.bfloat16
+    monkeypatch.setenv(amp.ENV_AMP_DTYPE, "int8")
+    with pytest.raises(ValueError, match="TORCHDEVICE_AMP_DTYPE"):
+        translate.patch()
+    assert not translate.is_patched()
+
+
+def test_gradscaler_really_scales_and_matches_cpu(patched):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses, params, scaler = _train(
+            "cuda", lambda: torch.amp.GradScaler("cuda"), lambda: torch.autocast("cuda"))
+    assert scaler.is_enabled() and scaler.get_scale() == 2.0**16
+    ref_losses, ref_params, _ = _train(
+        "cpu", lambda: torch.amp.GradScaler("cpu"), lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    assert losses == ref_losses
+    assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
+    with pytest.warns(FutureWarning, match="torch.cuda.amp.GradScaler"):
+        legacy = torch.cuda.amp.GradScaler(init_scale=1024.0)
+    assert legacy.is_enabled() and legacy.get_scale() == 1024.0
+    assert isinstance(legacy, torch.amp.GradScaler) and isinstance(legacy, torch.cuda.amp.GradScaler)
+    assert torch.amp.GradScaler().is_enabled()  # "cuda" is the default device
+
+
+def test_gradscaler_skips_step_on_inf_and_backs_off(patched):
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda", init_scale=8.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = model(torch.tensor([[float("inf"), 1.0]])).sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 4.0  # backoff_factor 0.5
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_scaler_state_and_pickle(patched):
+    scaler = torch.amp.GradScaler("cuda", init_scale=512.0)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    state = scaler.state_dict()
+    fresh = torch.amp.GradScaler("cuda")
+    fresh.load_state_dict(pickle.loads(pickle.dumps(state)))
+    assert fresh.get_scale() == 512.0
+    assert isinstance(torch.autocast("cuda"), torch.amp.autocast_mode.autocast)
+
+
+def test_state_queries_and_setters(patched):
+    torch.set_autocast_enabled("cuda", True)
+    try:
+        assert torch.is_autocast_enabled("cpu") and torch.is_autocast_enabled("cuda")
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+    assert not torch.is_autocast_enabled("cpu")
+    old = torch.get_autocast_dtype("cpu")
+    torch.set_autocast_dtype("cuda", torch.float16)
+    try:
+        assert torch.get_autocast_dtype("cpu") is torch.float16
+        assert torch.get_autocast_gpu_dtype() is torch.float16
+    finally:
+        torch.set_autocast_dtype("cpu", old)
+    assert torch.amp.is_autocast_available("cuda")
+    assert torch.is_autocast_enabled("cpu") is False  # untranslated types pass through
+
+
+def test_custom_fwd_casts_on_target(patched):
+    class Double(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+        def forward(ctx, x):
+            ctx.dtype_seen = x.dtype
+            return x * 2
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cuda")
+        def backward(ctx, grad):
+            return grad * 2
+
+    x = torch.ones(3, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("cuda"):
+        y = Double.apply(x)
+    assert y.dtype is torch.float32  # cast_inputs applied: autocast was on for the target
+    y.sum().backward()
+    assert x.grad is not None
+
+
+def test_unpatch_restores_identity_and_behaviour(on_cpu):
+    translate.unpatch()
+    names = [n for n in dir(torch) if "autocast" in n]
+    before = {n: getattr(torch, n) for n in names}
+    inits = {cls: vars(cls).get("__init__") for cls in (
+        torch.amp.autocast_mode.autocast, torch.cuda.amp.autocast,
+        torch.amp.GradScaler, torch.cuda.amp.GradScaler)}
+    amp_funcs = {n: getattr(torch.amp, n) for n in ("custom_fwd", "custom_bwd", "is_autocast_available")}
+    common = torch.cuda.amp.common.amp_definitely_not_available
+    translate.patch()
+    assert torch.autocast.__init__ is not inits[torch.amp.autocast_mode.autocast]
+    translate.unpatch()
+    assert all(getattr(torch, n) is v for n, v in before.items())
+    assert all(vars(cls).get("__init__") is v for cls, v in inits.items())
+    assert all(getattr(torch.amp, n) is v for n, v in amp_funcs.items())
+    assert torch.cuda.amp.common.amp_definitely_not_available is common
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        ctx = torch.autocast("cuda")  # torch's own behaviour again
+    assert ctx._enabled is False
+
+
+def test_translated_calls_are_traced(patched):
+    trace.reset()
+    trace.start_report()
+    try:
+        with torch.autocast("cuda"):
+            pass
+        torch.amp.GradScaler("cuda")
+        with torch.autocast("cpu"):  # native: not a translated call
+            pass
+    finally:
+        trace.stop_report()
+    uses = {u.api: u for u in trace.report_data()}
+    trace.reset()
+    assert uses["torch.autocast"].calls == 1
+    assert uses["torch.autocast"].how.startswith("translated")
+    (site,) = uses["torch.amp.GradScaler"].sites
+    assert site.startswith(__file__) or site.rsplit(":", 1)[0].endswith("test_amp.py")
+
+
+def test_status_for_describes_every_patched_api(patched):
+    status = amp.status_for(translate.target())
+    assert status["torch.autocast"][0] == torchdevice.Status.TRANSLATED
+    assert "bfloat16" in status["torch.autocast"][1]
+    assert status["torch.cuda.amp.GradScaler"][0] == torchdevice.Status.TRANSLATED

@@ -1,0 +1,326 @@
+"""``torchdevice run``: run a program written for CUDA (or MPS, XPU, MTIA) unmodified on the active backend.
+
+::
+
+    torchdevice run [--backend NAME] [--report FILE] SCRIPT [ARGS...]
+    torchdevice run [--backend NAME] [--report FILE] -m MODULE [ARGS...]
+    python -m torchdevice run ...
+
+It behaves like ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``):
+
+* ``sys.argv`` is ``[SCRIPT, *ARGS]`` (``-m``: the module's file, as Python
+  sets it); everything after SCRIPT/MODULE is the program's, so
+  ``torchdevice run train.py --lr 3 --report x`` passes ``--lr 3 --report x``
+  through;
+* the program runs as ``__main__`` in a fresh module, with ``__file__``,
+  ``__loader__``/``__spec__`` as Python sets them; ``sys.path[0]`` is the
+  script's directory (``-m``: the current directory);
+* the exit status is the program's: 0 at the end, ``n`` for ``sys.exit(n)``,
+  1 after an uncaught exception, whose traceback (through ``sys.excepthook``)
+  starts at the program's own frame, with no torchdevice frames above it.
+
+Before the program starts, translation is turned on against the active
+backend (``--backend NAME`` chooses it, as ``TORCHDEVICE_BACKEND`` does), and
+``TORCHDEVICE_BACKEND`` is exported with the backend's name: child processes
+(DataLoader workers, ``torch.multiprocessing.spawn``, ``torchrun``, plain
+``subprocess`` Pythons) turn the same translation on when they import torch,
+through the ``torch.backends`` entry point (:mod:`torchdevice.autoload`).
+``TORCHDEVICE_LOG=info|debug`` logs each translated call site once.
+
+``--report FILE`` writes, when the program ends (normally, by ``sys.exit`` or
+by an exception), which translated APIs it called, how many times, from
+which call sites and how each was handled: JSON if FILE ends in ``.json``,
+Markdown otherwise. Without ``--report`` nothing is counted (the wrappers
+only test ``trace.active``). The report covers the ``torchdevice run``
+process itself; child processes are not counted.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import time
+import types
+
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.usage = (
+        "torchdevice run [-h] [--backend NAME] [--report FILE] SCRIPT [ARGS...]\n"
+        "       torchdevice run [-h] [--backend NAME] [--report FILE] -m MODULE [ARGS...]"
+    )
+    parser.add_argument("--backend", metavar="NAME",
+                        help="backend to run on (default: TORCHDEVICE_BACKEND, else automatic selection)")
+    parser.add_argument("--report", metavar="FILE",
+                        help="when the program ends, write the translated APIs it called to FILE "
+                             "(JSON if it ends in .json, else Markdown)")
+    parser.add_argument("-m", dest="module", action="store_true",
+                        help="run library module MODULE as a script, like python -m")
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT|MODULE [ARGS...]",
+                        help="the program and its arguments, passed through unchanged")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry of the ``run`` subcommand (see the module docstring)."""
+    program = list(args.program)
+    if program and program[0] == "--":
+        program = program[1:]
+    if not program:
+        what = "MODULE" if args.module else "SCRIPT"
+        print(f"torchdevice run: error: missing {what} (usage: torchdevice run [options] "
+              f"{'-m MODULE' if args.module else 'SCRIPT'} [ARGS...])", file=sys.stderr)
+        return EXIT_USAGE
+    return run(program[0], program[1:], module=args.module, backend=args.backend, report=args.report)
+
+
+def _activate(backend: str | None):
+    """Select ``backend`` (if given), turn translation on, export it to children; return the Target."""
+    from . import autoload, router, trace, translate
+
+    if backend is not None:
+        router.check(backend, "--backend")
+        os.environ[router.ENV_BACKEND] = backend
+        router.invalidate()  # re-resolves (and re-installs translation if autoload already turned it on)
+    target = translate.patch()
+    # children: same backend, and never opted out
+    os.environ[router.ENV_BACKEND] = target.backend
+    if os.environ.get(autoload.ENV_AUTO, "").strip().lower() in autoload._FALSE:
+        del os.environ[autoload.ENV_AUTO]
+    trace.configure_logging()
+    return target
+
+
+def run(target_name: str, argv: list[str], *, module: bool = False, backend: str | None = None,
+        report: str | None = None) -> int:
+    """Run script (or, with ``module=True``, module) ``target_name`` with arguments ``argv`` translated.
+
+    Returns the exit status; ``SystemExit`` raised by the program propagates
+    (after the report is written), as it would out of ``python SCRIPT``.
+    """
+    from . import trace
+    from .errors import TorchDeviceError
+
+    try:
+        target = _activate(backend)
+    except (TorchDeviceError, ValueError) as exc:
+        print(f"torchdevice run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    if module:
+        prepared = _prepare_module(target_name, argv)
+    else:
+        prepared = _prepare_script(target_name, argv)
+    if isinstance(prepared, int):
+        return prepared
+    code, main_module = prepared
+
+    if report is not None:
+        report = os.path.abspath(report)  # the program may chdir
+        cwd = os.getcwd()
+        trace.reset()
+        trace.start_report()
+    started = time.time()
+    status = 0
+    try:
+        sys.modules["__main__"] = main_module
+        exec(code, main_module.__dict__)
+    except SystemExit as exc:
+        code = exc.code
+        status = 0 if code is None else code if isinstance(code, int) else 1
+        raise
+    except KeyboardInterrupt:
+        status = 130  # what a shell reports for a Python killed by SIGINT
+        raise
+    except BaseException as exc:  # noqa: BLE001 - what `python SCRIPT` does with an uncaught exception
+        status = 1
+        _print_uncaught(exc)
+        return 1
+    finally:
+        if report is not None:
+            trace.stop_report()
+            _write_report_safely(report, target, [target_name, *argv], module, status,
+                                 time.time() - started, cwd)
+    return 0
+
+
+# -- preparing the program --------------------------------------------------------------
+
+
+def _prepare_script(path: str, argv: list[str]):
+    if os.path.isdir(path) or (os.path.isfile(path) and not path.endswith(".py") and _is_zip(path)):
+        return _prepare_runpy_path(path, argv)
+    abspath = os.path.abspath(path)
+    try:
+        with io.open_code(abspath) as f:
+            source = f.read()
+    except OSError as exc:
+        print(f"torchdevice run: can't open file {abspath!r}: [Errno {exc.errno}] {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        code = compile(source, abspath, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        _print_uncaught(exc)
+        return 1
+    from importlib.machinery import SourceFileLoader
+
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__.update(
+        __file__=abspath, __cached__=None, __loader__=SourceFileLoader("__main__", abspath),
+        __package__=None, __spec__=None, __builtins__=__builtins__,
+    )
+    sys.argv[:] = [path, *argv]
+    sys.path[0:1] = [os.path.dirname(os.path.realpath(abspath))]
+    return code, main_module
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    return zipfile.is_zipfile(path)
+
+
+def _prepare_runpy_path(path: str, argv: list[str]):
+    """A directory or zip file with ``__main__.py``: run through runpy, as Python does."""
+    sys.argv[:] = [path, *argv]
+    sys.path[0:1] = [path]
+    code = compile("import runpy as _r\n_r.run_path(_p, run_name='__main__')\n", "<torchdevice run>", "exec")
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__.update(_p=path, __builtins__=__builtins__, __spec__=None)
+    return code, main_module
+
+
+def _prepare_module(name: str, argv: list[str]):
+    import runpy
+
+    sys.path[0:1] = [os.getcwd()]
+    try:
+        mod_name, spec, code = runpy._get_module_details(name, ImportError)
+    except ImportError as exc:
+        print(f"torchdevice run: {exc}", file=sys.stderr)
+        return 1
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__.update(
+        __file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader,
+        __package__=spec.parent, __spec__=spec, __builtins__=__builtins__,
+    )
+    sys.argv[:] = [spec.origin or name, *argv]
+    return code, main_module
+
+
+# -- uncaught exceptions ------------------------------------------------------------------------
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    """Hand ``exc`` to ``sys.excepthook`` with the torchdevice frames above the program removed."""
+    tb = exc.__traceback__
+    ours = {os.path.abspath(__file__)}
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+        tb = tb.tb_next
+    if isinstance(exc, SyntaxError) and tb is None:
+        exc.__traceback__ = None
+    else:
+        exc.__traceback__ = tb
+    try:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    except Exception:  # a broken user hook: fall back to the default one
+        sys.__excepthook__(type(exc), exc, exc.__traceback__)
+
+
+# -- the report -------------------------------------------------------------------------------------
+
+
+def _split_how(how: str) -> tuple[str, str]:
+    status, sep, note = how.partition(":")
+    return (status.strip(), note.strip()) if sep else (how.strip(), "")
+
+
+def _display_site(site: str, cwd: str) -> str:
+    filename, sep, line = site.rpartition(":")
+    if not sep:
+        return site
+    if os.path.isabs(filename):
+        rel = os.path.relpath(filename, cwd)
+        if not rel.startswith(".."):
+            filename = rel
+    return f"{filename}:{line}"
+
+
+def report_dict(target, command: list[str], module: bool, status: int, duration: float,
+                cwd: str | None = None) -> dict:
+    """The report as a JSON-ready dict (see :func:`write_report`); sites are shown relative to ``cwd``."""
+    from . import __version__, trace
+
+    cwd = cwd or os.getcwd()
+    apis = []
+    by_status: dict[str, dict[str, int]] = {}
+    for use in trace.report_data():
+        handled, note = _split_how(use.how)
+        sites = [{"site": _display_site(site, cwd), "calls": n} for site, n in use.sites.most_common()]
+        apis.append({"api": use.api, "handled": handled, "note": note, "calls": use.calls, "sites": sites})
+        agg = by_status.setdefault(handled, {"apis": 0, "calls": 0})
+        agg["apis"] += 1
+        agg["calls"] += use.calls
+    return {
+        "torchdevice": __version__,
+        "command": (["python", "-m"] if module else ["python"]) + list(command),
+        "backend": target.backend,
+        "device_type": target.device_type,
+        "translated_sources": sorted(target.sources),
+        "exit_status": status,
+        "duration_s": round(duration, 3),
+        "total_calls": sum(a["calls"] for a in apis),
+        "by_handling": by_status,
+        "apis": apis,
+        "note": "counts the torchdevice run process; child processes are not included",
+    }
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def format_markdown(data: dict, max_sites: int = 10) -> str:
+    import shlex
+
+    out = ["# torchdevice run report", ""]
+    out.append(f"- Command: `{shlex.join(data['command'])}`")
+    out.append(f"- Backend: `{data['backend']}` (device type `{data['device_type']}`), translating "
+               + ", ".join(f"`{s}`" for s in data["translated_sources"]))
+    out.append(f"- Exit status: {data['exit_status']}")
+    out.append(f"- Duration: {data['duration_s']:.2f} s")
+    out.append(f"- Translated APIs called: {len(data['apis'])} ({data['total_calls']} calls)")
+    out.append(f"- torchdevice {data['torchdevice']}; {data['note']}")
+    out.append("")
+    if not data["apis"]:
+        out.append("The program called no translated API.")
+        return "\n".join(out) + "\n"
+    out += ["## By handling", "", "| handled as | APIs | calls |", "|---|---:|---:|"]
+    for handled, agg in sorted(data["by_handling"].items(), key=lambda kv: -kv[1]["calls"]):
+        out.append(f"| {_md_cell(handled)} | {agg['apis']} | {agg['calls']} |")
+    out += ["", "## APIs", "", "| API | calls | handled as | call sites |", "|---|---:|---|---|"]
+    for api in data["apis"]:
+        sites = ", ".join(f"`{_md_cell(s['site'])}` ({s['calls']})" for s in api["sites"][:max_sites])
+        if len(api["sites"]) > max_sites:
+            sites += f", and {len(api['sites']) - max_sites} more"
+        handled = api["handled"] + (f": {api['note']}" if api["note"] else "")
+        out.append(f"| `{_md_cell(api['api'])}` | {api['calls']} | {_md_cell(handled)} | {sites} |")
+    return "\n".join(out) + "\n"
+
+
+def write_report(path: str, data: dict) -> None:
+    """Write ``data`` to ``path``: JSON if it ends in ``.json``, Markdown otherwise."""
+    text = json.dumps(data, indent=2) + "\n" if path.lower().endswith(".json") else format_markdown(data)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _write_report_safely(path, target, command, module, status, duration, cwd) -> None:
+    try:
+        write_report(path, report_dict(target, command, module, status, duration, cwd))
+    except Exception as exc:  # never mask the program's own outcome
+        print(f"torchdevice run: could not write report {path!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
