@@ -84,11 +84,14 @@ def load() -> None:
             continue
         dist = getattr(ep, "dist", None)
         info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+        stage = "import"
         try:
-            register(ep.load(), name=ep.name, info=info, notify=False)
+            plugin = ep.load()
+            stage = "validate"  # e.g. a misspelled hookimpl, caught by check_pending()
+            register(plugin, name=ep.name, info=info, notify=False)
         except Exception as exc:  # a broken plugin is reported, never fatal
             plugin_info[ep.name] = info
-            _record(ep.name, "import", exc)
+            _record(ep.name, stage, exc)
 
 
 def register(plugin, name: str | None = None, info: PluginInfo | None = None, notify: bool = True) -> str:

@@ -168,20 +168,25 @@ def discover() -> dict[str, BackendRecord]:
                     problems=[str(e) for e in errors],
                 )
         # plugins that never declared a backend because they broke: report them too
+        failed = {"import": "failed to import", "validate": "failed validation",
+                  "torchdevice_backends": "raised in torchdevice_backends"}
         for problem in plugins.problems:
-            if problem.stage == "import" and problem.plugin not in records:
-                info = plugins.plugin_info.get(problem.plugin)
-                records[problem.plugin] = BackendRecord(
-                    name=problem.plugin,
-                    plugin=problem.plugin,
-                    distribution=info.distribution if info else None,
-                    version=info.version if info else None,
-                    device_type=None,
-                    priority=None,
-                    available=False,
-                    reason=f"plugin failed to import: {problem.error}",
-                    problems=[str(problem)],
-                )
+            if problem.stage not in failed or problem.plugin in records:
+                continue
+            if problem.stage == "torchdevice_backends" and not plugins.pm.has_plugin(problem.plugin):
+                continue  # recorded before the plugin was unregistered
+            info = plugins.plugin_info.get(problem.plugin)
+            records[problem.plugin] = BackendRecord(
+                name=problem.plugin,
+                plugin=problem.plugin,
+                distribution=info.distribution if info else None,
+                version=info.version if info else None,
+                device_type=None,
+                priority=None,
+                available=False,
+                reason=f"plugin {failed[problem.stage]}: {problem.error}",
+                problems=[str(problem)],
+            )
         _records = records
         return records
 

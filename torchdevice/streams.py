@@ -47,7 +47,7 @@ def parse_index(device, current: int, count: int, backend: str) -> int:
     elif isinstance(device, int):
         index = current if device < 0 else device
     elif isinstance(device, (str, _DeviceClass)) or hasattr(device, "index"):
-        dev = device if hasattr(device, "index") else _DeviceClass(device)
+        dev = _DeviceClass(device) if isinstance(device, str) else device  # (str has an .index method)
         index = current if dev.index is None else dev.index
     else:
         raise TypeError(
