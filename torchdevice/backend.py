@@ -248,12 +248,28 @@ class CollectiveOps(Ops):
     """The collectives family.
 
     ``dist_backend`` names the ``torch.distributed`` engine that carries this
-    backend's tensors (``None`` when there is none). The router never maps
-    backends to engines itself: it asks this object.
+    backend's tensors across processes (``"gloo"``, ``"nccl"``, ``"xccl"`` ...;
+    ``None`` when there is none). The router never maps backends to engines
+    itself: :mod:`torchdevice.distributed` asks this object.
+
+    The operations are ``torch.cuda.comm``'s single-process, multi-device
+    collectives, with the signatures of :mod:`torchdevice.comm` except that
+    every device argument arrives resolved to a valid ``int`` index of this
+    backend (``-1``: host memory, for ``gather``'s destination). Results are
+    the ones ``torch.cuda.comm`` documents (lists, tuples, tensors alike).
+    :class:`torchdevice.comm.DeviceComm` implements all six with torch
+    operations for any device type; :class:`torchdevice.comm.NativeCUDAComm`
+    passes them through to ``torch.cuda.comm``.
     """
 
     family = "collectives"
     dist_backend: ClassVar[str | None] = None
+    broadcast = unsupported("broadcast")
+    broadcast_coalesced = unsupported("broadcast_coalesced")
+    reduce_add = unsupported("reduce_add")
+    reduce_add_coalesced = unsupported("reduce_add_coalesced")
+    scatter = unsupported("scatter")
+    gather = unsupported("gather")
 
 
 FAMILIES: dict[str, type[Ops]] = {

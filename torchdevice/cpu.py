@@ -40,6 +40,7 @@ from .backend import (
     translated,
     unsupported,
 )
+from .comm import DeviceComm
 from .errors import UnsupportedError
 from .streams import HostStreamOps
 
@@ -166,7 +167,10 @@ class CPURNG(RNGOps):
         return torch.default_generator
 
 
-class CPUCollectives(CollectiveOps):
+class CPUCollectives(DeviceComm):
+    """gloo carries CPU tensors across processes; ``torch.cuda.comm``'s ops are torch copies and sums."""
+
+    device_type = "cpu"
     dist_backend = "gloo"
 
 
