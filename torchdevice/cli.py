@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="list backends, their plugins, availability and selection")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=_info)
+    from . import matrix as _matrix  # torchdevice matrix [--backend NAME] [--format md|json] [--write FILE]
+
+    matrix = sub.add_parser("matrix", help="how every catalog device function behaves on each installed backend",
+                            description="The compatibility matrix, derived from the backends' operations.")
+    _matrix.add_arguments(matrix)
+    matrix.set_defaults(func=_matrix.run)
     from . import run as _run  # torchdevice run [--backend NAME] [--report FILE] SCRIPT|-m MODULE [ARGS...]
 
     run = sub.add_parser("run", help="run a CUDA-written program unmodified on the active backend",

@@ -1,0 +1,480 @@
+"""torch.cuda / torch.mps / torch.xpu / torch.mtia fronting the active backend (torchdevice.namespaces)."""
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+import torch.cuda.comm  # noqa: F401  (so the identity snapshot covers it)
+
+import torchdevice
+from torchdevice import UnsupportedError, namespaces, plugins, trace, translate
+from torchdevice._patching import Patcher
+from torchdevice.backend import STATUS_ATTR, Status
+from torchdevice.errors import InvalidDeviceError
+
+
+def _modules():
+    mods = [torch.cuda, torch.cuda.memory, torch.cuda.random, torch.cuda.streams, torch.cuda.graphs,
+            torch.cuda.nvtx, torch.cuda.comm, torch.cuda.amp, torch.mps, torch.mps.event, torch.xpu,
+            torch.xpu.memory, torch.xpu.random, torch.xpu.streams, torch.mtia, torch.mtia.memory,
+            torch.backends.mps, torch.backends.cudnn, torch.backends.cuda]
+    return mods
+
+
+def _snapshot():
+    return {m.__name__: dict(vars(m)) for m in _modules()}
+
+
+def _assert_same(before, after):
+    for name, attrs in before.items():
+        now = after[name]
+        assert set(now) == set(attrs), f"{name}: attributes added/removed: {set(now) ^ set(attrs)}"
+        changed = [k for k, v in attrs.items() if now[k] is not v]
+        assert not changed, f"{name}: not restored (identity): {changed}"
+
+
+@pytest.fixture
+def patched(on_cpu, restore_rng):
+    translate.patch()
+    yield translate.target()
+    translate.unpatch()
+
+
+# -- turning it on and off --------------------------------------------------------------------------
+
+
+def test_unpatch_restores_every_attribute_exactly(on_cpu):
+    before = _snapshot()
+    translate.patch()
+    during = _snapshot()
+    assert during["torch.cuda"]["memory_allocated"] is not before["torch.cuda"]["memory_allocated"]
+    assert during["torch.cuda.memory"]["memory_allocated"] is during["torch.cuda"]["memory_allocated"]
+    assert during["torch.cuda.random"]["manual_seed"] is during["torch.cuda"]["manual_seed"]
+    assert during["torch.cuda.streams"]["Event"] is during["torch.cuda"]["Event"]
+    translate.unpatch()
+    _assert_same(before, _snapshot())
+
+
+def test_unpatch_after_a_backend_switch_and_repatch(on_cpu):
+    before = _snapshot()
+    translate.patch()
+    torchdevice.use("cpu")  # re-installs against the (same) new backend
+    translate.patch()
+    translate.unpatch()
+    _assert_same(before, _snapshot())
+
+
+def test_alias_taken_before_patching_sees_the_translation(patched):
+    from torchdevice import router
+
+    import torch as t  # noqa: F401
+
+    cuda = __import__("torch").cuda  # the module object: patched in place
+    assert cuda.is_available() is True
+    assert cuda.get_device_name() == router.active().properties(0).name
+
+
+def test_amp_is_left_alone(on_cpu):
+    amp_before = torch.cuda.amp
+    vars_before = dict(vars(torch.cuda.amp))
+    p = Patcher()
+    namespaces.install(p, translate.make_target())
+    assert torch.cuda.amp is amp_before
+    assert all(vars(torch.cuda.amp)[k] is v for k, v in vars_before.items())
+    p.restore()
+
+
+def test_only_source_namespaces_are_fronted(on_cpu):
+    """A namespace of the target's own type is torch's own: untouched, hence native."""
+    target = translate.make_target()
+    only_mps = translate.Target(target.backend, target.device_type, target.device_count, frozenset({"mps"}), True)
+    cuda_before, mps_before = dict(vars(torch.cuda)), dict(vars(torch.mps))
+    p = Patcher()
+    namespaces.install(p, only_mps)
+    try:
+        assert all(vars(torch.cuda)[k] is v for k, v in cuda_before.items())
+        assert torch.mps.synchronize is not mps_before["synchronize"]
+        view = namespaces.View("fake", "cuda", None, None, None)
+        assert namespaces.status(view, "cuda", "memory_allocated")[0] is Status.NATIVE
+    finally:
+        p.restore()
+
+
+# -- availability ----------------------------------------------------------------------------------------
+
+
+def test_is_available_and_device_count_agree_while_translating(patched):
+    for ns in (torch.cuda, torch.xpu, torch.mtia, torch.mps):
+        assert ns.is_available() is True
+        assert ns.device_count() == 1
+    assert torch.backends.mps.is_available() is True
+
+
+def test_report_available_off(on_cpu):
+    translate.patch(report_available=False)
+    try:
+        assert torch.cuda.is_available() is False
+        assert torch.cuda.device_count() == 0
+        assert torch.backends.mps.is_available() is False
+        assert torch.cuda.memory_allocated() > 0  # the backend still answers when asked
+    finally:
+        translate.unpatch()
+
+
+def test_report_available_env(on_cpu, monkeypatch):
+    monkeypatch.setenv("TORCHDEVICE_REPORT_AVAILABLE", "0")
+    translate.patch()
+    try:
+        assert torch.cuda.is_available() is False and torch.cuda.device_count() == 0
+    finally:
+        translate.unpatch()
+    monkeypatch.setenv("TORCHDEVICE_REPORT_AVAILABLE", "1")
+    translate.patch()
+    try:
+        assert torch.cuda.is_available() is True and torch.cuda.device_count() == 1
+    finally:
+        translate.unpatch()
+
+
+def test_init_and_is_initialized(patched):
+    torch.cuda.init()
+    assert torch.cuda.is_initialized() is True
+
+
+# -- devices ----------------------------------------------------------------------------------------------
+
+
+def test_device_context_and_invalid_index(patched):
+    assert torch.cuda.current_device() == 0
+    with torch.cuda.device(0):
+        assert torch.cuda.current_device() == 0
+    with torch.cuda.device(None), torch.cuda.device(-1):
+        assert torch.cuda.current_device() == 0
+    torch.cuda.set_device(-1)  # a no-op, as CUDA
+    torch.cuda.set_device("cuda:0")
+    with pytest.raises(InvalidDeviceError) as info:
+        torch.cuda.set_device(1)
+    assert isinstance(info.value, torch.AcceleratorError)
+    with pytest.raises(torch.AcceleratorError):
+        with torch.cuda.device(3):
+            pass
+    with pytest.raises(torch.AcceleratorError):
+        torch.cuda.memory_allocated("cuda:1")
+    assert isinstance(torch.cuda.device(0), torch.cuda.device)
+
+
+def test_device_of_a_translated_tensor(patched):
+    x = torch.ones(2, device="cuda")
+    with torch.cuda.device_of(x):
+        assert torch.cuda.current_device() == 0
+    assert isinstance(torch.cuda.device_of(x), torch.cuda.device)
+
+
+def test_properties(patched):
+    from torchdevice import router
+
+    props = torch.cuda.get_device_properties(0)
+    assert props is router.active().properties(0)
+    assert props.total_memory > 0
+    assert torch.cuda.get_device_name("cuda:0") == props.name
+    assert torch.cuda.is_bf16_supported() is True
+    assert torch.mps.recommended_max_memory() == props.total_memory
+    with pytest.raises(UnsupportedError) as info:
+        torch.cuda.get_device_capability()
+    assert info.value.function == "torch.cuda.get_device_capability" and info.value.backend == "cpu"
+    assert "is_bf16_supported" in info.value.instead
+
+
+# -- memory -----------------------------------------------------------------------------------------------
+
+
+def test_memory_figures_are_real(patched):
+    before = torch.cuda.memory_allocated()
+    x = torch.ones(2**25, device="cuda")  # 128 MiB, touched
+    after = torch.cuda.memory_allocated()
+    assert after - before >= 100 * 2**20
+    assert torch.cuda.max_memory_allocated() >= after
+    assert torch.cuda.memory_reserved() >= after - 2**20
+    free, total = torch.cuda.mem_get_info()
+    assert 0 < free <= total
+    used = torch.cuda.device_memory_used()
+    assert abs(used - (total - free)) < 256 * 2**20  # two readings of /proc/meminfo
+    stats = torch.cuda.memory_stats()
+    nested = torch.cuda.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] > 0
+    assert stats["allocated_bytes.all.current"] > 0
+    assert "allocated_bytes.all.current" in torch.cuda.memory_summary()
+    assert torch.mps.current_allocated_memory() > 0 and torch.mps.driver_allocated_memory() > 0
+    del x
+
+
+def test_deprecated_memory_aliases_warn_like_torch(patched):
+    with pytest.warns(FutureWarning, match="renamed to `torch.cuda.memory_reserved`"):
+        assert torch.cuda.memory_cached() > 0
+    with pytest.warns(FutureWarning, match="reset_peak_memory_stats"):
+        torch.cuda.reset_max_memory_allocated()
+
+
+def test_empty_cache_is_a_noop_and_fraction_unsupported_on_cpu(patched):
+    assert torch.cuda.empty_cache() is None
+    assert torch.cuda.empty_cache.__torchdevice_status__[0] is Status.NOOP
+    with pytest.raises(UnsupportedError, match=r"torch\.cuda\.set_per_process_memory_fraction .*'cpu'"):
+        torch.cuda.set_per_process_memory_fraction(0.5)
+
+
+# -- streams and events -------------------------------------------------------------------------------------
+
+
+def test_stream_and_event_classes_are_the_backends(patched):
+    from torchdevice import router
+
+    streams = router.active().streams
+    assert torch.cuda.Stream is streams.Stream and torch.cuda.Event is streams.Event
+    assert torch.cuda.streams.Event is streams.Event and torch.xpu.Stream is streams.Stream
+    assert torch.mtia.Event is streams.Event and torch.mps.Event is streams.Event
+    e = torch.cuda.Event(enable_timing=True)
+    assert isinstance(e, torch.cuda.Event)
+    assert isinstance(torch.cuda.current_stream(), torch.cuda.Stream)
+
+
+def test_timing_events_measure_real_time(patched):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.05)
+    end.record()
+    torch.cuda.synchronize()
+    assert 45 <= start.elapsed_time(end) < 2000
+    assert end.query() is True
+
+
+def test_stream_context_selects_and_restores(patched):
+    default = torch.cuda.current_stream()
+    s = torch.cuda.Stream()
+    ctx = torch.cuda.stream(s)
+    assert isinstance(ctx, torch.cuda.StreamContext)
+    with ctx:
+        assert torch.cuda.current_stream() == s
+        with torch.cuda.stream(None):
+            assert torch.cuda.current_stream() == s
+    assert torch.cuda.current_stream() == default
+    torch.cuda.set_stream(s)
+    assert torch.cuda.current_stream() == s
+    torch.cuda.set_stream(None)  # a no-op
+    assert torch.cuda.current_stream() == s
+    torch.cuda.set_stream(default)
+    assert torch.cuda.default_stream() == default
+
+
+def test_current_stream_is_per_thread(patched):
+    s = torch.cuda.Stream()
+    seen = {}
+
+    def worker():
+        seen["start"] = torch.cuda.current_stream()
+        with torch.cuda.stream(s):
+            seen["inside"] = torch.cuda.current_stream()
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    time.sleep(0.02)
+    main = torch.cuda.current_stream()
+    thread.join()
+    assert seen["inside"] == s and seen["start"] == torch.cuda.default_stream()
+    assert main == torch.cuda.default_stream()
+
+
+def test_sync_debug_mode_is_kept(patched):
+    torch.cuda.set_sync_debug_mode("warn")
+    assert torch.cuda.get_sync_debug_mode() == 1
+    torch.cuda.set_sync_debug_mode(0)
+    assert torch.cuda.get_sync_debug_mode() == 0
+    with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+        torch.cuda.set_sync_debug_mode("loud")
+
+
+# -- random numbers ----------------------------------------------------------------------------------------
+
+
+def test_seeded_numbers_match_native_cpu(patched):
+    torch.cuda.manual_seed(1234)
+    a = torch.randn(5, device="cuda")
+    torch.manual_seed(1234)
+    b = torch.randn(5)
+    assert torch.equal(a, b)
+    state = torch.cuda.get_rng_state()
+    c = torch.rand(3, device="cuda")
+    torch.cuda.set_rng_state(state)
+    assert torch.equal(c, torch.rand(3, device="cuda"))
+    states = torch.cuda.get_rng_state_all()
+    assert len(states) == 1
+    torch.cuda.set_rng_state_all(states)
+    assert torch.cuda.default_generators == (torch.default_generator,)
+    torch.cuda.manual_seed_all(7)
+    assert torch.cuda.initial_seed() == 7
+    with pytest.raises(TypeError, match="ByteTensor"):
+        torch.cuda.set_rng_state(torch.zeros(3))
+
+
+def test_fork_rng_over_the_translated_namespace(patched):
+    torch.manual_seed(0)
+    with torch.random.fork_rng(devices=[0], device_type="cuda"):
+        torch.rand(3)
+    after = torch.rand(3)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.rand(3))
+
+
+# -- nvtx, comm, misc -----------------------------------------------------------------------------------------
+
+
+def test_nvtx_depths_are_true(patched):
+    assert torch.cuda.nvtx.range_push("outer") == 0
+    assert torch.cuda.nvtx.range_push("inner") == 1
+    assert torch.cuda.nvtx.range_pop() == 1
+    assert torch.cuda.nvtx.range_pop() == 0
+    assert torch.cuda.nvtx.range_pop() == -1  # nothing open, as NVTX answers
+    with torch.cuda.nvtx.range("step {}", 3):
+        assert torch.cuda.nvtx.range_push("x") == 1
+        torch.cuda.nvtx.range_pop()
+    assert torch.cuda.nvtx.mark("m") is None
+    a, b = torch.cuda.nvtx.range_start("a"), torch.cuda.nvtx.range_start("b")
+    assert isinstance(a, int) and a != b
+    assert torch.cuda.nvtx.range_end(a) is None
+
+
+def test_comm_routes_to_torchdevice_comm(patched):
+    x = torch.arange(3.0, device="cuda")
+    copies = torch.cuda.comm.broadcast(x, [0, 0])
+    assert len(copies) == 2 and all(torch.equal(c, x) for c in copies)
+    assert torch.equal(torch.cuda.comm.reduce_add([x, x], 0), 2 * x)
+
+
+def test_helpers_and_build_facts_pass_through(patched):
+    import functools
+    import typing
+
+    assert torch.cuda.cast is typing.cast and torch.cuda.lru_cache is functools.lru_cache
+    assert torch.cuda.get_arch_list() == [] and torch.cuda.get_gencode_flags() == ""
+    assert torch.mtia.classproperty is not None  # torch 2.13 lacks it; the catalog lists it
+
+
+def test_check_error(patched):
+    assert torch.cuda.check_error(0) is None
+    with pytest.raises(torch.cuda.CudaError, match="2"):
+        torch.cuda.check_error(2)
+
+
+def test_make_graphed_callables_runs_eagerly(patched):
+    layer = torch.nn.Linear(2, 2)
+    assert torch.cuda.make_graphed_callables(layer, (torch.randn(1, 2),)) is layer
+    assert torch.cuda.is_current_stream_capturing() is False
+
+
+def test_unsupported_errors_name_function_backend_and_alternative(patched):
+    for fn, api in ((torch.cuda.cudart, "torch.cuda.cudart"), (torch.cuda.utilization, "torch.cuda.utilization"),
+                    (torch.mps.compile_shader, "torch.mps.compile_shader"), (torch.mtia.snapshot, "torch.mtia.snapshot")):
+        with pytest.raises(UnsupportedError) as info:
+            fn()
+        assert info.value.function == api and info.value.backend == "cpu" and info.value.instead
+        assert str(info.value).startswith(f"{api} is not supported on torchdevice backend 'cpu'; instead: ")
+
+
+def test_backend_flags_can_be_set(patched):
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    saved = (cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, cudnn.enabled, matmul.allow_tf32,
+             matmul.fp32_precision, matmul.allow_fp16_reduced_precision_reduction)
+    try:
+        cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32 = True, True, False
+        matmul.allow_tf32 = True
+        matmul.allow_fp16_reduced_precision_reduction = False
+        assert (cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, matmul.allow_tf32) == (True, True, False, True)
+        assert matmul.allow_fp16_reduced_precision_reduction is False
+        matmul.fp32_precision = "tf32"
+        assert matmul.fp32_precision == "tf32"
+        x = torch.randn(4, 4, device="cuda")
+        torch.testing.assert_close(x @ x, x.cpu() @ x.cpu())  # the flags change nothing on CPU
+    finally:
+        (cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, cudnn.enabled, matmul.allow_tf32,
+         matmul.fp32_precision, matmul.allow_fp16_reduced_precision_reduction) = saved
+
+
+# -- cost and tracing ---------------------------------------------------------------------------------------------
+
+
+def test_no_hook_is_called_at_call_time(patched, monkeypatch):
+    torch.cuda.get_device_properties()  # device properties: one hook call per device, then cached by the router
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a pluggy hook was called on a hot path")
+
+    monkeypatch.setattr(plugins, "call_first", forbidden)
+    monkeypatch.setattr(plugins, "call_each", forbidden)
+    torch.cuda.synchronize()
+    torch.cuda.memory_allocated()
+    torch.cuda.current_stream()
+    torch.cuda.get_device_properties()
+    torch.cuda.manual_seed(0)
+    torch.cuda.Event(enable_timing=True).record()
+    with torch.cuda.device(0), torch.cuda.stream(torch.cuda.Stream()):
+        pass
+
+
+def test_calls_are_traced_with_how_they_were_handled(patched):
+    trace.reset()
+    trace.start_report()
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        torch.cuda.memory_allocated()
+        with pytest.raises(UnsupportedError):
+            torch.cuda.cudart()
+        torch.cuda.cast(int, 1)  # native: not a translated call
+        with torch.cuda.device(0):
+            pass
+        uses = {u.api: u for u in trace.report_data()}
+    finally:
+        trace.stop_report()
+        trace.reset()
+    assert uses["torch.cuda.synchronize"].calls == 2
+    assert uses["torch.cuda.synchronize"].how.startswith("no-op")
+    assert uses["torch.cuda.memory_allocated"].how.startswith("translated")
+    assert uses["torch.cuda.cudart"].how == "unsupported"
+    assert "torch.cuda.device" in uses
+    assert "torch.cuda.cast" not in uses
+    site = next(iter(uses["torch.cuda.synchronize"].sites))
+    assert site.startswith(__file__)
+
+
+def test_wrappers_carry_their_status(patched):
+    assert torch.cuda.memory_allocated.__torchdevice_status__[0] is Status.TRANSLATED
+    assert torch.cuda.cudart.__torchdevice_status__[0] is Status.UNSUPPORTED
+    assert getattr(torch.cuda.device, STATUS_ATTR)[0] is Status.EMULATED
+
+
+def test_fronted_names_exist_in_torch():
+    for ns in namespaces.NAMESPACES:
+        for api in namespaces.fronted(ns):
+            assert namespaces.api_status(namespaces.View("cpu", "cpu", None, None, None), api) is not None, api
+
+
+def test_switching_backend_reinstalls(on_cpu):
+    from torchdevice import router
+
+    records = router.discover()
+    if "mlx" not in records or not records["mlx"].available:
+        pytest.skip("the mlx backend is not available here")
+    translate.patch()
+    try:
+        cpu_stream = torch.cuda.Stream
+        torchdevice.use("mlx")
+        assert torch.cuda.Stream is router.active().streams.Stream
+        assert torch.cuda.Stream is not cpu_stream
+        assert torch.cuda.is_available()
+        torchdevice.use("cpu")
+        assert torch.cuda.Stream is cpu_stream
+    finally:
+        translate.unpatch()

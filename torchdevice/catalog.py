@@ -1,0 +1,192 @@
+"""The seed catalog's device sections, shipped with the package.
+
+The migration plan ``../shared/seeds/004_*.txt`` catalogs the device APIs in
+five sections: ``torch.cuda`` (76 functions), ``torch.mps`` (13), ``torch.xpu``
+(35), ``torch.mtia`` (21) and ``torch.distributed`` (56), each with argument
+names and a return type. Those rows are extracted into
+``torchdevice/data/catalog.json`` so the installed package does not need the
+seed; :mod:`torchdevice.matrix` answers the catalog's empty CPU/CUDA/MPS/MLX
+columns from the code, and ``tests/test_honesty.py`` calls every function with
+the examples kept beside it in :mod:`torchdevice.data.catalog_examples`.
+
+Regenerate or check the JSON when the seed is at hand::
+
+    python -m torchdevice.catalog            # rewrite data/catalog.json from the seed
+    python -m torchdevice.catalog --check    # exit 1 if the JSON differs from the seed
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The catalog sections torchdevice answers for, in the seed's spelling.
+SECTIONS = ("CUDA_OPERATIONS", "MPS_OPERATIONS", "XPU_OPERATIONS", "MTIA_OPERATIONS", "DISTRIBUTED_COMPUTING")
+
+#: The namespace each section's functions live in.
+SECTION_NAMESPACE = {
+    "CUDA_OPERATIONS": "torch.cuda",
+    "MPS_OPERATIONS": "torch.mps",
+    "XPU_OPERATIONS": "torch.xpu",
+    "MTIA_OPERATIONS": "torch.mtia",
+    "DISTRIBUTED_COMPUTING": "torch.distributed",
+}
+
+DATA = Path(__file__).with_name("data") / "catalog.json"
+SEED_GLOB = "004_*.txt"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One catalog function.
+
+    ``arguments`` are the names the seed lists; ``more_arguments`` is True
+    where the seed cut the list short with ``...``. ``returns`` is the seed's
+    return type string, verbatim (``"<class 'int'>"``, ``"tuple[int, int]"``,
+    ``"Any"`` ...).
+    """
+
+    api: str
+    section: str
+    arguments: tuple[str, ...]
+    more_arguments: bool
+    returns: str
+    description: str
+
+    @property
+    def namespace(self) -> str:
+        """``"torch.cuda"`` for ``torch.cuda.memory_allocated``."""
+        return self.api.rpartition(".")[0]
+
+    @property
+    def name(self) -> str:
+        """``"memory_allocated"`` for ``torch.cuda.memory_allocated``."""
+        return self.api.rpartition(".")[2]
+
+
+# -- parsing the seed ---------------------------------------------------------------
+
+_HEADER = re.compile(r"^\|\s*\S*\s*([A-Z_]+)\s*\|\s*CPU\s*\|")
+_ROW = re.compile(
+    r"^\| `(?P<api>[\w.]+)` \|(?:[^|]*\|){5} `(?P<args>[^`]*)` \| `(?P<returns>[^`]*)` \| ?(?P<notes>.*?) ?\|\s*$"
+)
+
+
+def parse_seed(text: str) -> dict:
+    """Extract the device sections from the seed's text; return the JSON-ready dict."""
+    sections: dict[str, list[dict]] = {name: [] for name in SECTIONS}
+    current = None
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            current = header.group(1) if header.group(1) in SECTIONS else None
+            continue
+        if current is None:
+            continue
+        row = _ROW.match(line)
+        if row is None:
+            continue
+        args = [a.strip() for a in row.group("args").split(",") if a.strip()]
+        more = bool(args) and args[-1] == "..."
+        if more:
+            args.pop()
+        sections[current].append({
+            "api": row.group("api"),
+            "arguments": args,
+            "more_arguments": more,
+            "returns": row.group("returns"),
+            "description": row.group("notes").replace("\\|", "|").strip(),
+        })
+    return {"sections": sections}
+
+
+def find_seed(root: Path | None = None) -> Path | None:
+    """The seed file, looked up in ``../shared/seeds`` next to the repository (or ``root``)."""
+    base = Path(root) if root is not None else Path(__file__).resolve().parents[2] / "shared" / "seeds"
+    matches = sorted(base.glob(SEED_GLOB)) if base.is_dir() else []
+    return matches[0] if matches else None
+
+
+def render(data: dict, source: str) -> str:
+    """The text of ``catalog.json`` for parsed ``data`` (stable, so it diffs cleanly)."""
+    lines = ["{", f' "source": {json.dumps(source)},', ' "sections": {']
+    names = list(data["sections"])
+    for i, section in enumerate(names):
+        rows = data["sections"][section]
+        lines.append(f"  {json.dumps(section)}: [")
+        for j, row in enumerate(rows):
+            comma = "," if j < len(rows) - 1 else ""
+            lines.append("   " + json.dumps(row, ensure_ascii=False) + comma)
+        lines.append("  ]" + ("," if i < len(names) - 1 else ""))
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# -- loading the shipped catalog -----------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[Entry, ...]:
+    with open(DATA, encoding="utf-8") as f:
+        data = json.load(f)
+    entries = []
+    for section in SECTIONS:
+        for row in data["sections"][section]:
+            entries.append(Entry(
+                row["api"], section, tuple(row["arguments"]), row["more_arguments"],
+                row["returns"], row["description"],
+            ))
+    return tuple(entries)
+
+
+def entries(section: str | None = None) -> list[Entry]:
+    """Every catalog entry, in catalog order; only ``section``'s when given."""
+    if section is not None and section not in SECTIONS:
+        raise ValueError(f"unknown catalog section {section!r}; known: {', '.join(SECTIONS)}")
+    return [e for e in _load() if section is None or e.section == section]
+
+
+@functools.lru_cache(maxsize=1)
+def _by_api() -> dict[str, Entry]:
+    return {e.api: e for e in _load()}
+
+
+def get(api: str) -> Entry | None:
+    """The entry for ``api`` (``"torch.cuda.memory_allocated"``), or None."""
+    return _by_api().get(api)
+
+
+def apis(section: str | None = None) -> list[str]:
+    return [e.api for e in entries(section)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m torchdevice.catalog", description=__doc__.splitlines()[0])
+    parser.add_argument("seed", nargs="?", help="the seed file (default: ../shared/seeds/004_*.txt)")
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
+    args = parser.parse_args(argv)
+    seed = Path(args.seed) if args.seed else find_seed()
+    if seed is None or not seed.is_file():
+        print("torchdevice.catalog: no seed file found (looked in ../shared/seeds)", file=sys.stderr)
+        return 2
+    text = render(parse_seed(seed.read_text(encoding="utf-8")), seed.name)
+    if args.check:
+        current = DATA.read_text(encoding="utf-8") if DATA.exists() else ""
+        if current != text:
+            print(f"{DATA} is stale: regenerate with python -m torchdevice.catalog", file=sys.stderr)
+            return 1
+        return 0
+    DATA.parent.mkdir(exist_ok=True)
+    DATA.write_text(text, encoding="utf-8")
+    counts = {s: len(v) for s, v in json.loads(text)["sections"].items()}
+    print(f"wrote {DATA}: {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
