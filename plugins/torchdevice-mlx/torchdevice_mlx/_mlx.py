@@ -1,0 +1,27 @@
+"""Importing MLX lazily, so that the plugin loads (and says why) where MLX does not."""
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+_HINT = {
+    "linux": "on Linux install mlx[cpu] (or mlx[cuda]): plain mlx has no libmlx there",
+    "darwin": "install mlx (macOS on Apple silicon)",
+}
+
+
+def mx() -> ModuleType:
+    """``mlx.core``; raises whatever its import raises."""
+    import mlx.core
+
+    return mlx.core
+
+
+def import_problem() -> str | None:
+    """``None`` if ``mlx.core`` imports, else why not (with an installation hint)."""
+    try:
+        mx()
+    except Exception as exc:  # ImportError, or OSError from a missing libmlx.so
+        hint = _HINT.get(sys.platform, "install mlx")
+        return f"cannot import mlx.core ({type(exc).__name__}: {exc}); {hint}"
+    return None
