@@ -40,7 +40,7 @@ honoured on the active backend.
 from __future__ import annotations
 
 import warnings
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import torch
 from torch._utils import (

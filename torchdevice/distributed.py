@@ -26,6 +26,9 @@ on the real engine):
   checked against the device count; on a ``cpu`` target they become ``None``
   (with ``output_device``), as DDP requires for CPU modules.
 * ``dist.get_backend()`` needs nothing: the group *is* a gloo group and says so.
+* ``broadcast``: torch asks ``torch.cuda.get_device_capability`` of tensors
+  reporting ``is_cuda``; translated tensors get there under a class answering
+  ``is_cuda`` False (same storage), see :func:`_wrap_broadcast`.
 * ``is_nccl_available()`` / ``is_xccl_available()`` / ``is_backend_available``
   answer True for a foreign engine that translation carries, when
   ``torch.cuda.is_available()`` is reported True (``report_available``, see
@@ -214,10 +217,15 @@ def status(name: str) -> tuple[Status, str]:
         return Status.NATIVE, "torch's own"
     if short in ("is_nccl_available", "is_xccl_available", "is_backend_available"):
         wanted = {"is_nccl_available": "nccl", "is_xccl_available": "xccl"}.get(short)
-        if wanted is None or wanted in foreign:
+        if wanted is None and foreign:
             return Status.TRANSLATED, (
-                f"True for {mapped or 'no engine'} while translating with torch.cuda.is_available() reported "
-                f"True (they run on {eng!r}); torch's own answer otherwise"
+                f"True for {mapped} while translating with is_available() reported True (they run on {eng!r}); "
+                "torch's own answer for other names"
+            )
+        if wanted in foreign:
+            return Status.TRANSLATED, (
+                f"True while translating with is_available() reported True: {wanted!r} runs on {eng!r}; "
+                "torch's own answer otherwise"
             )
         return Status.NATIVE, "torch's own"
     notes = ENGINE_NOTES.get(eng, {})
