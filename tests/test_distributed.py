@@ -67,6 +67,37 @@ def test_backend_argument_maps_to_the_backends_engine(translated, given, expecte
     assert tddist.map_backend(given) == expected
 
 
+def _as_target(monkeypatch, device_type, engine, count=2):
+    """Point the installed translation at another backend's shape (no such hardware needed)."""
+    from torchdevice.translate import SOURCE_TYPES, Target
+
+    target = Target("fake-" + device_type, device_type, count,
+                    frozenset(t for t in SOURCE_TYPES if t != device_type), True)
+    monkeypatch.setattr(tddist._state, "target", target)
+    monkeypatch.setattr(tddist._state, "engine", engine)
+    monkeypatch.setattr(tddist._state, "backend_name", target.backend)
+    monkeypatch.setattr(tddist._state, "foreign",
+                        frozenset(tddist._foreign_engines(device_type, target.sources)))
+
+
+def test_backend_argument_on_other_backends(translated, monkeypatch):
+    _as_target(monkeypatch, "xpu", "xccl")
+    assert tddist.map_backend("nccl") == "xccl"
+    assert tddist.map_backend("gloo") == "gloo"  # programs ask gloo for their CPU tensors
+    assert tddist.map_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,xpu:xccl"
+    assert tddist.map_device_id(_Device("cuda", 1)) == _Device("xpu", 1)
+    assert tddist.map_device_id(1) == _Device("xpu", 1)
+    with pytest.raises(torchdevice.InvalidDeviceError):
+        tddist.map_device_id(_Device("cuda", 2))
+    _as_target(monkeypatch, "mps", "gloo")  # torch 2.13 lists gloo for cpu and cuda only
+    assert tddist.map_backend("nccl") == "cpu:gloo,mps:gloo"
+    assert tddist.map_backend("cuda:nccl") == "mps:gloo"
+    _as_target(monkeypatch, "mtia", None)
+    with pytest.raises(torchdevice.UnsupportedError, match="nccl"):
+        tddist.map_backend("nccl")
+    assert tddist.map_backend("gloo") == "gloo"
+
+
 def test_device_id_is_checked_and_dropped_on_a_cpu_target(translated):
     assert tddist.map_device_id(torch.device("cuda", 0)) is None  # already translated to cpu
     assert tddist.map_device_id(_Device("cuda", 0)) is None

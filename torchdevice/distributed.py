@@ -163,7 +163,11 @@ def local_world_size() -> int | None:
 
 
 def _foreign_engines(device_type: str, sources) -> set[str]:
-    """Engines torch gives source device types that cannot carry ``device_type`` tensors."""
+    """Engines torch gives source device types that can carry neither ``device_type`` nor CPU tensors.
+
+    ``nccl`` (cuda only) and ``xccl`` (xpu only) are foreign on a cpu target;
+    ``gloo`` never is: programs ask for it for their CPU tensors.
+    """
     import torch.distributed as dist
 
     defaults = dist.Backend.default_device_backend_map
@@ -171,7 +175,10 @@ def _foreign_engines(device_type: str, sources) -> set[str]:
     foreign = set()
     for source in sources:
         name = defaults.get(source)
-        if name and device_type not in capability.get(name, ()):
+        if not name:
+            continue
+        carries = capability.get(name, ())
+        if device_type not in carries and "cpu" not in carries:
             foreign.add(name)
     return foreign
 
@@ -267,13 +274,18 @@ def _engine_for(name: str, what: str) -> str:
 
 
 def _engine_string(eng: str) -> str:
+    """``eng`` as a backend argument: ``"gloo"``, or ``"cpu:gloo,mps:gloo"`` where torch does not
+    list the target's device type among the engine's (gloo and mps in torch 2.13)."""
     import torch.distributed as dist
 
     device_type = _state.target.device_type
     capability = dist.Backend.backend_capability.get(eng)
     if capability is None or device_type in capability:
         return eng
-    return f"{device_type}:{eng}"
+    pairs = [f"{device_type}:{eng}"]
+    if device_type != "cpu" and "cpu" in capability:
+        pairs.insert(0, f"cpu:{eng}")
+    return ",".join(pairs)
 
 
 def map_backend(backend, device_id=None, what: str = "init_process_group"):
