@@ -90,6 +90,8 @@ def _activate(backend: str | None):
     if os.environ.get(autoload.ENV_AUTO, "").strip().lower() in autoload._FALSE:
         del os.environ[autoload.ENV_AUTO]
     trace.configure_logging()
+    trace.logger.info("torchdevice run: translating %s to backend %r (%s)",
+                      ", ".join(sorted(target.sources)), target.backend, target.device_type)
     return target
 
 

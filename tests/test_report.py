@@ -1,0 +1,122 @@
+"""``torchdevice run --report FILE``: which translated APIs the program called, how often, from where, how."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import Result, clean_env, run_concurrently, torchdevice_script
+
+PROGRAM = """\
+import os, sys
+import torch
+import torchdevice.trace
+print("TRACE_ACTIVE", torchdevice.trace.active)
+os.chdir(os.path.dirname(os.path.abspath(__file__)) + "/..")   # the report path was taken before
+for _ in range(7):
+    x = torch.zeros(3, device="cuda")                          # line 7
+y = x.to("cuda")                                               # line 8
+with torch.autocast("cuda"):                                   # line 9
+    z = torch.nn.functional.linear(y, torch.ones(3, 3, device="cuda"))   # line 10
+torch.cuda.synchronize()                                       # line 11
+w = torch.ones(2, device="cpu")                                # line 12: native
+if len(sys.argv) > 1 and sys.argv[1] == "exit":
+    sys.exit(4)
+if len(sys.argv) > 1 and sys.argv[1] == "raise":
+    raise RuntimeError("the program failed")
+"""
+
+
+def _run(args, env=None, cwd=None, timeout=180) -> Result:
+    import subprocess
+
+    proc = subprocess.run(args, env=clean_env(env), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return Result(list(map(str, args)), proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    work = root / "work"
+    work.mkdir()
+    script = work / "prog.py"
+    script.write_text(PROGRAM)
+    td = torchdevice_script()
+    jobs = {
+        "json": (_run, ([td, "run", "--report", "out/r.json", str(script)],), {"cwd": work}),
+        "md": (_run, ([td, "run", "--report", "r.md", str(script), "exit"],), {"cwd": work}),
+        "raise": (_run, ([td, "run", "--report", "raise.json", str(script), "raise"],), {"cwd": work}),
+        "none": (_run, ([td, "run", str(script)],), {"cwd": work}),
+    }
+    return work, run_concurrently(jobs)
+
+
+def _apis(data):
+    return {a["api"]: a for a in data["apis"]}
+
+
+def test_json_report_lists_the_calls(reports):
+    work, results = reports
+    r = results["json"]
+    assert r.returncode == 0, r
+    assert "TRACE_ACTIVE True" in r.stdout
+    data = json.loads((work / "out" / "r.json").read_text())
+    assert data["backend"] == "cpu" and data["exit_status"] == 0
+    assert data["command"][-1].endswith("prog.py")
+    apis = _apis(data)
+    zeros = next(a for name, a in apis.items() if name.startswith("torch.zeros"))
+    assert zeros["calls"] == 7
+    assert zeros["sites"] == [{"site": "prog.py:7", "calls": 7}]
+    assert zeros["handled"] == "translated"
+    autocast = apis["torch.autocast"]
+    assert autocast["calls"] == 1 and autocast["sites"][0]["site"] == "prog.py:9"
+    assert "bfloat16" in autocast["note"]
+    sync = apis["torch.cuda.synchronize"]
+    assert sync["sites"][0]["site"] == "prog.py:11" and sync["handled"] in ("no-op", "emulated", "translated")
+    assert any(name.startswith("Tensor.to") for name in apis)
+    assert not any("prog.py:12" == s["site"] for a in data["apis"] for s in a["sites"])
+    assert data["total_calls"] == sum(a["calls"] for a in data["apis"])
+    assert sum(v["calls"] for v in data["by_handling"].values()) == data["total_calls"]
+
+
+def test_markdown_report_and_exit_status(reports):
+    work, results = reports
+    r = results["md"]
+    assert r.returncode == 4, r
+    text = (work / "r.md").read_text()
+    assert text.startswith("# torchdevice run report")
+    assert "- Exit status: 4" in text
+    assert "| `torch.autocast` | 1 |" in text
+    assert "`prog.py:7` (7)" in text
+    assert "## By handling" in text
+
+
+def test_report_written_when_the_program_raises(reports):
+    work, results = reports
+    r = results["raise"]
+    assert r.returncode == 1
+    assert "the program failed" in r.stderr
+    data = json.loads((work / "raise.json").read_text())
+    assert data["exit_status"] == 1 and data["apis"]
+
+
+def test_no_report_costs_nothing(reports):
+    _, results = reports
+    r = results["none"]
+    assert r.returncode == 0, r
+    assert "TRACE_ACTIVE False" in r.stdout  # the wrappers' `if trace.active:` is never taken
+
+
+def test_format_markdown_escapes_and_truncates():
+    from torchdevice.run import format_markdown
+
+    data = {
+        "torchdevice": "0", "command": ["python", "a b.py"], "backend": "cpu", "device_type": "cpu",
+        "translated_sources": ["cuda"], "exit_status": 0, "duration_s": 0.5, "total_calls": 12,
+        "by_handling": {"translated": {"apis": 1, "calls": 12}}, "note": "n",
+        "apis": [{"api": "x|y", "handled": "translated", "note": "", "calls": 12,
+                  "sites": [{"site": f"f.py:{i}", "calls": 1} for i in range(12)]}],
+    }
+    text = format_markdown(data)
+    assert "`python 'a b.py'`" in text
+    assert "x\\|y" in text
+    assert "and 2 more" in text
