@@ -36,6 +36,11 @@ implicit choice (read when translation is turned on).
 
 If the target has no autocast at all, ``autocast(dev)`` runs disabled with one
 clear warning naming the backend, rather than pretending.
+
+One difference remains by construction: on the CPU backend the translated
+CUDA autocast *is* the CPU autocast, so a nested ``torch.autocast("cpu",
+enabled=False)`` (which on a GPU machine leaves CUDA autocast alone) turns the
+translated region's mixed precision off for its body.
 """
 from __future__ import annotations
 
