@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                             description="The compatibility matrix, derived from the backends' operations.")
     _matrix.add_arguments(matrix)
     matrix.set_defaults(func=_matrix.run)
+    from . import scan as _scan  # torchdevice scan PATH...
+
+    scan = sub.add_parser("scan", help="statically find accelerator-specific API uses in Python sources",
+                          description="Statically (AST) find accelerator-specific PyTorch uses and their status.")
+    _scan.add_arguments(scan)
+    scan.set_defaults(func=_scan.run)
     from . import run as _run  # torchdevice run [--backend NAME] [--report FILE] SCRIPT|-m MODULE [ARGS...]
 
     run = sub.add_parser("run", help="run a CUDA-written program unmodified on the active backend",
