@@ -110,6 +110,10 @@ def run(target_name: str, argv: list[str], *, module: bool = False, backend: str
     except (TorchDeviceError, ValueError) as exc:
         print(f"torchdevice run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:  # a broken installer or plugin: say what, without running the program
+        print(f"torchdevice run: error: could not turn translation on: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
 
     if module:
         prepared = _prepare_module(target_name, argv)
@@ -174,8 +178,18 @@ def _prepare_script(path: str, argv: list[str]):
         __package__=None, __spec__=None, __builtins__=__builtins__,
     )
     sys.argv[:] = [path, *argv]
-    sys.path[0:1] = [os.path.dirname(os.path.realpath(abspath))]
+    _set_path0(os.path.dirname(os.path.realpath(abspath)))
     return code, main_module
+
+
+def _set_path0(entry: str) -> None:
+    """Put the program's directory where Python would: in place of torchdevice's own ``sys.path[0]``.
+
+    Under ``python -P`` / ``PYTHONSAFEPATH`` Python adds no such entry, and neither do we.
+    """
+    if getattr(sys.flags, "safe_path", False):
+        return
+    sys.path[0:1] = [entry]
 
 
 def _is_zip(path: str) -> bool:
@@ -187,7 +201,8 @@ def _is_zip(path: str) -> bool:
 def _prepare_runpy_path(path: str, argv: list[str]):
     """A directory or zip file with ``__main__.py``: run through runpy, as Python does."""
     sys.argv[:] = [path, *argv]
-    sys.path[0:1] = [path]
+    if not getattr(sys.flags, "safe_path", False):
+        del sys.path[0]  # runpy.run_path puts the directory or archive there while it runs
     code = compile("import runpy as _r\n_r.run_path(_p, run_name='__main__')\n", "<torchdevice run>", "exec")
     main_module = types.ModuleType("__main__")
     main_module.__dict__.update(_p=path, __builtins__=__builtins__, __spec__=None)
@@ -197,7 +212,7 @@ def _prepare_runpy_path(path: str, argv: list[str]):
 def _prepare_module(name: str, argv: list[str]):
     import runpy
 
-    sys.path[0:1] = [os.getcwd()]
+    _set_path0(os.getcwd())
     try:
         mod_name, spec, code = runpy._get_module_details(name, ImportError)
     except ImportError as exc:
