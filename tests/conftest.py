@@ -1,0 +1,75 @@
+"""Fixtures shared by the core tests.
+
+Tests that change the router's global state (registered plugins, ``use()``,
+``TORCHDEVICE_*`` variables, recorded problems) take :func:`router_state`,
+which starts them from a clean, automatic selection and puts everything back
+afterwards. Tests of the CPU semantics take :func:`on_cpu`.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import plugins, router
+
+ENV_VARS = ("TORCHDEVICE_BACKEND", "TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS")
+
+
+class RouterState:
+    """Handle given to tests by :func:`router_state`: registers plugins and removes them afterwards."""
+
+    def __init__(self, monkeypatch):
+        self.monkeypatch = monkeypatch
+        self.registered: list[str] = []
+
+    def register(self, plugin, name: str | None = None) -> str:
+        name = plugins.register(plugin, name=name or getattr(plugin, "name", None))
+        self.registered.append(name)
+        return name
+
+    def unregister(self, name: str) -> None:
+        plugins.unregister(name)
+        self.registered.remove(name)
+
+    def setenv(self, var: str, value: str) -> None:
+        """Set a variable the router reads at resolution, and drop the cached resolution."""
+        self.monkeypatch.setenv(var, value)
+        router.invalidate()
+
+    def delenv(self, var: str) -> None:
+        self.monkeypatch.delenv(var, raising=False)
+        router.invalidate()
+
+
+@pytest.fixture
+def router_state(monkeypatch):
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    torchdevice.use(None)
+    router.invalidate()
+    problems_before = list(plugins.problems)
+    state = RouterState(monkeypatch)
+    try:
+        yield state
+    finally:
+        for name in reversed(state.registered):
+            if plugins.pm.has_plugin(name):
+                plugins.unregister(name)
+        plugins.problems[:] = problems_before
+        router.use(None)
+        router.invalidate()
+
+
+@pytest.fixture
+def on_cpu(router_state):
+    """The built-in CPU backend, asked for by name (so the tests hold on any machine)."""
+    torchdevice.use("cpu")
+    yield router_state
+
+
+@pytest.fixture
+def restore_rng():
+    state = torch.get_rng_state()
+    yield
+    torch.set_rng_state(state)

@@ -1,0 +1,190 @@
+"""Shared test helpers (importable as ``helpers``: pyproject puts ``tests/`` on ``sys.path``).
+
+* :func:`write_distribution` -- make a directory look like a site-packages
+  with one installed distribution: its modules plus a ``NAME-VERSION.dist-info``
+  holding ``METADATA`` and ``entry_points.txt``. Put the directory on
+  ``PYTHONPATH`` of a subprocess and ``importlib.metadata`` discovers the entry
+  points exactly as it does for a pip-installed package, no pip needed.
+* :func:`run_torchdevice` / :func:`run_python` -- run the real CLI or a Python
+  snippet in a clean subprocess (``TORCHDEVICE_*`` variables removed unless given).
+* :func:`run_concurrently` -- run several such subprocesses at once (each one
+  pays ``import torch``, about 2-3 s on the reference machine).
+* :class:`FakeBackend` -- an in-process backend with a chosen name, priority,
+  availability and device count, running on the real CPU operations, for
+  selection tests through :func:`torchdevice.plugins.register`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PLUGIN_FIXTURES = FIXTURES / "plugins"
+
+
+# -- fake installed distributions ------------------------------------------------------
+
+
+def write_distribution(
+    site: Path,
+    name: str,
+    version: str,
+    entry_points: Mapping[str, Mapping[str, str]] | None = None,
+    modules: Sequence[Path] = (),
+) -> Path:
+    """Write an installed distribution ``name==version`` into directory ``site``; return its dist-info.
+
+    ``entry_points`` maps a group to ``{entry-point name: "module:attr"}``,
+    e.g. ``{"torchdevice": {"fastchip": "td_fastchip:plugin"}}``. ``modules``
+    are source files copied next to the dist-info (importable once ``site``
+    is on ``sys.path``).
+    """
+    site = Path(site)
+    site.mkdir(parents=True, exist_ok=True)
+    normalized = re.sub(r"[-_.]+", "_", name).lower()
+    dist_info = site / f"{normalized}-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: torchdevice test fixture\n"
+    )
+    lines = []
+    for group, eps in (entry_points or {}).items():
+        lines.append(f"[{group}]")
+        lines += [f"{ep_name} = {target}" for ep_name, target in eps.items()]
+        lines.append("")
+    (dist_info / "entry_points.txt").write_text("\n".join(lines))
+    (dist_info / "INSTALLER").write_text("torchdevice-tests\n")
+    copied = []
+    for module in modules:
+        module = Path(module)
+        shutil.copy(module, site / module.name)
+        copied.append(module.name)
+    (dist_info / "RECORD").write_text(
+        "".join(f"{f},,\n" for f in copied) + "".join(
+            f"{dist_info.name}/{f},,\n" for f in ("METADATA", "entry_points.txt", "INSTALLER", "RECORD")
+        )
+    )
+    return dist_info
+
+
+def write_plugin(site: Path, dist: str, version: str, entry_name: str, module: str, attr: str = "plugin") -> Path:
+    """Install fixture module ``tests/fixtures/plugins/<module>.py`` as distribution ``dist``.
+
+    Its entry point ``entry_name = module:attr`` is in group ``torchdevice``.
+    """
+    return write_distribution(
+        site, dist, version, {"torchdevice": {entry_name: f"{module}:{attr}"}}, [PLUGIN_FIXTURES / f"{module}.py"]
+    )
+
+
+# -- subprocesses -----------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self):
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError as exc:
+            raise AssertionError(f"not JSON ({exc}); stdout:\n{self.stdout}\nstderr:\n{self.stderr}") from None
+
+    def __str__(self) -> str:
+        return f"$ {' '.join(self.args)}\n[rc={self.returncode}]\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+def clean_env(env: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
+    """``os.environ`` without any ``TORCHDEVICE_*`` variable, plus ``env``, with ``pythonpath`` prepended."""
+    result = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
+    paths = [str(p) for p in pythonpath]
+    if result.get("PYTHONPATH"):
+        paths.append(result["PYTHONPATH"])
+    if paths:
+        result["PYTHONPATH"] = os.pathsep.join(paths)
+    result.update(env or {})
+    return result
+
+
+def torchdevice_script() -> str:
+    """The ``torchdevice`` console script installed next to this interpreter."""
+    bindir = Path(sys.executable).parent
+    for candidate in (bindir / "torchdevice", bindir / "torchdevice.exe"):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("torchdevice")
+    if found is None:
+        raise AssertionError(f"no torchdevice console script next to {sys.executable} or on PATH")
+    return found
+
+
+def run_command(args: Sequence[str], env=None, pythonpath=(), timeout: float = 120) -> Result:
+    """Run ``args`` with :func:`clean_env` and capture its output."""
+    args = [str(a) for a in args]
+    proc = subprocess.run(
+        args, env=clean_env(env, pythonpath), capture_output=True, text=True, timeout=timeout
+    )
+    return Result(args, proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_torchdevice(*args: str, env=None, pythonpath=(), timeout: float = 120) -> Result:
+    """Run the real ``torchdevice`` console script."""
+    return run_command([torchdevice_script(), *args], env, pythonpath, timeout)
+
+
+def run_python(code: str, env=None, pythonpath=(), timeout: float = 120) -> Result:
+    """Run ``python -c code`` with this interpreter."""
+    return run_command([sys.executable, "-c", code], env, pythonpath, timeout)
+
+
+def run_concurrently(jobs: Mapping[str, tuple], workers: int | None = None) -> dict[str, Result]:
+    """Run ``{key: (function, args, kwargs)}`` in threads; return ``{key: Result}``."""
+    workers = workers or max(2, os.cpu_count() or 2)
+    with ThreadPoolExecutor(workers) as pool:
+        futures = {key: pool.submit(fn, *args, **kwargs) for key, (fn, args, kwargs) in jobs.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+# -- in-process fake backends --------------------------------------------------------------
+
+
+def make_backend(name: str, priority: int, available: bool = True, reason: str = "fake backend for tests",
+                 automatic: bool = True, device_count: int = 1, fail_in: str | None = None):
+    """Return a backend plugin instance running on the real CPU operations.
+
+    ``fail_in`` names a hook method (``"availability"``, ``"memory"``,
+    ``"device_count"`` ...) that raises ``RuntimeError("<name> exploded in
+    <method>")`` when called.
+    """
+    from torchdevice.backend import Availability
+    from torchdevice.cpu import CPUBackend
+
+    class FakeBackend(CPUBackend):
+        description = "fake backend for tests"
+
+        def availability(self):
+            return Availability(available, reason, automatic)
+
+        def device_count(self):
+            return device_count
+
+    backend = FakeBackend()
+    backend.name = name
+    backend.priority = priority
+    if fail_in is not None:
+        def explode(*args, **kwargs):
+            raise RuntimeError(f"{name} exploded in {fail_in}")
+
+        setattr(backend, fail_in, explode)
+    return backend

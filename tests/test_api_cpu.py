@@ -1,0 +1,365 @@
+"""The device-agnostic API on the built-in CPU backend, checked against the real machine.
+
+Expected values come from outside torchdevice: ``time.perf_counter``, torch's
+own CPU generator, ``/proc/self/status``, ``/proc/meminfo``, ``/proc/cpuinfo``
+and ``os``. See the module docstring of :mod:`torchdevice.cpu` for what the
+memory figures mean.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import InvalidDeviceError, UnsupportedError
+
+MiB = 1024 * 1024
+TENSOR_BYTES = 128 * MiB
+# The kernel's RSS counters are approximate (per-CPU/per-thread caches, synced every few dozen
+# page faults), and VmHWM is only brought up to date on some events: compare within this slack.
+SLACK = 8 * MiB
+
+pytestmark = pytest.mark.usefixtures("on_cpu")
+
+
+def proc_kib(path: str, key: str) -> int:
+    """Read ``key`` (a 'kB' field) of a /proc file, in bytes -- independently of torchdevice."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                value, unit = line.split(":", 1)[1].split()
+                assert unit == "kB"
+                return int(value) * 1024
+    raise KeyError(key)
+
+
+def rss() -> int:
+    return proc_kib("/proc/self/status", "VmRSS")
+
+
+# -- devices ----------------------------------------------------------------------------------
+
+
+def test_one_cpu_device():
+    assert torchdevice.current_backend() == "cpu"
+    assert torchdevice.device_type() == "cpu"
+    assert torchdevice.device_count() == 1
+    assert torchdevice.current_device() == 0
+    torchdevice.set_device(0)
+    torchdevice.set_device("cpu:0")
+    torchdevice.set_device(torch.device("cpu"))
+    torchdevice.set_device(-1)  # ignored, as torch.cuda.set_device(-1)
+    assert torchdevice.current_device() == 0
+    with torchdevice.device(0):
+        assert torchdevice.current_device() == 0
+    with torchdevice.device(None):
+        assert torchdevice.current_device() == 0
+    torchdevice.synchronize()
+    torchdevice.synchronize(0)
+
+
+def test_properties_come_from_the_os():
+    props = torchdevice.get_device_properties()
+    with open("/proc/cpuinfo") as f:
+        models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    if models:  # x86 and most Linux; elsewhere the name comes from platform
+        assert props.name == models[0]
+    assert props.name and torchdevice.get_device_name() == props.name
+    assert torchdevice.get_device_name(0) == props.name
+    mem_total = proc_kib("/proc/meminfo", "MemTotal")
+    assert abs(props.total_memory - mem_total) <= 0.02 * mem_total
+    assert props.multi_processor_count == os.cpu_count()
+    assert props.major is None and props.minor is None and props.capability is None
+    assert torchdevice.is_bf16_supported() is True
+    assert torch.ones(2, dtype=torch.bfloat16).sum().item() == 2.0
+
+
+def test_capability_is_not_made_up():
+    with pytest.raises(UnsupportedError, match="get_device_capability.*'cpu'") as info:
+        torchdevice.get_device_capability()
+    assert isinstance(info.value, NotImplementedError)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: torchdevice.set_device(1),
+    lambda: torchdevice.set_device("cpu:1"),
+    lambda: torchdevice.memory_allocated(1),
+    lambda: torchdevice.get_device_properties(torch.device("cpu", 1)),
+    lambda: torchdevice.get_rng_state(1),
+    lambda: torchdevice.current_stream(1),
+    lambda: torchdevice.Stream(device=1),
+    lambda: torchdevice.device(1).__enter__(),
+], ids=["set_device", "set_device_str", "memory_allocated", "properties", "rng_state", "current_stream",
+        "Stream", "device_ctx"])
+def test_invalid_device_index_raises_naming_it(call):
+    with pytest.raises(InvalidDeviceError) as info:
+        call()
+    assert isinstance(info.value, torch.AcceleratorError) and isinstance(info.value, RuntimeError)
+    assert "invalid device ordinal 1" in str(info.value) and "'cpu'" in str(info.value)
+    assert "0..0" in str(info.value)
+    assert torchdevice.current_device() == 0
+
+
+def test_malformed_device_arguments_raise():
+    with pytest.raises(TypeError, match="1.5"):
+        torchdevice.set_device(1.5)
+    with pytest.raises(TypeError):
+        torchdevice.memory_allocated(True)
+    with pytest.raises(RuntimeError, match="gpu:x"):
+        torchdevice.memory_allocated("gpu:x")
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+
+def test_memory_figures_move_with_a_128_mib_tensor():
+    gc.collect()
+    before = torchdevice.memory_allocated()
+    assert abs(before - rss()) < 16 * MiB  # the resident set size, read independently
+    x = torch.ones(TENSOR_BYTES // 4, dtype=torch.float32)
+    assert x.nbytes == TENSOR_BYTES
+    with_tensor = torchdevice.memory_allocated()
+    grew = with_tensor - before
+    assert 0.9 * TENSOR_BYTES <= grew <= 1.15 * TENSOR_BYTES, grew / MiB
+    assert abs(torchdevice.memory_reserved() - with_tensor) < 16 * MiB
+    assert torchdevice.max_memory_allocated() >= with_tensor - SLACK
+    assert torchdevice.max_memory_reserved() >= with_tensor - SLACK
+    stats = torchdevice.memory_stats()
+    assert abs(stats["allocated_bytes.all.current"] - with_tensor) < 16 * MiB
+    assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"] - SLACK
+    assert abs(stats["proc.VmRSS"] - rss()) < 16 * MiB
+
+    del x
+    gc.collect()
+    after = torchdevice.memory_allocated()
+    assert with_tensor - after >= 0.9 * TENSOR_BYTES, (with_tensor - after) / MiB
+    peak = torchdevice.max_memory_allocated()
+    assert peak >= with_tensor - SLACK  # the peak remembers the tensor
+    assert peak - after >= 0.9 * TENSOR_BYTES
+
+    torchdevice.reset_peak_memory_stats()
+    reset_peak = torchdevice.max_memory_allocated()
+    assert reset_peak <= peak - 0.9 * TENSOR_BYTES, (peak - reset_peak) / MiB
+    assert reset_peak >= torchdevice.memory_allocated() - SLACK
+    assert abs(reset_peak - proc_kib("/proc/self/status", "VmHWM")) < SLACK
+
+    # a new allocation moves the reset peak again
+    y = torch.ones(TENSOR_BYTES // 4, dtype=torch.float32)
+    assert torchdevice.max_memory_allocated() - reset_peak >= 0.9 * TENSOR_BYTES
+    del y
+
+
+def test_mem_get_info_matches_proc_meminfo():
+    free, total = torchdevice.mem_get_info()
+    assert total == proc_kib("/proc/meminfo", "MemTotal")
+    available = proc_kib("/proc/meminfo", "MemAvailable")
+    assert 0 < free <= total
+    assert abs(free - available) < 256 * MiB  # the machine's free memory moves a little between reads
+    # more memory in use here means less available
+    x = torch.ones(TENSOR_BYTES // 4)
+    free_with_tensor, _ = torchdevice.mem_get_info()
+    del x
+    assert free_with_tensor < free + 64 * MiB
+
+
+def test_empty_cache_and_accumulated_reset_are_noops_that_work():
+    torchdevice.empty_cache()
+    torchdevice.reset_accumulated_memory_stats()
+    assert torchdevice.memory_allocated() > 0
+
+
+def test_memory_fraction_errors_are_clear():
+    for bad in (1.5, -0.1, "half", None):
+        with pytest.raises(ValueError, match="fraction must be a number in \\[0, 1\\]"):
+            torchdevice.set_per_process_memory_fraction(bad)
+    with pytest.raises(UnsupportedError, match="set_per_process_memory_fraction.*'cpu'.*ulimit"):
+        torchdevice.set_per_process_memory_fraction(0.5)
+    with pytest.raises(UnsupportedError, match="get_per_process_memory_fraction"):
+        torchdevice.get_per_process_memory_fraction()
+    with pytest.raises(InvalidDeviceError):
+        torchdevice.set_per_process_memory_fraction(0.5, device=3)
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sleep_s", [0.02, 0.1])
+def test_event_timing_matches_perf_counter(sleep_s):
+    start, end = torchdevice.Event(enable_timing=True), torchdevice.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    t1 = time.perf_counter()
+    time.sleep(sleep_s)
+    t2 = time.perf_counter()
+    end.record()
+    t3 = time.perf_counter()
+    elapsed = start.elapsed_time(end)
+    assert isinstance(elapsed, float)
+    # the events were recorded between t0..t1 and t2..t3: the elapsed time lies between the inner and outer gaps
+    assert (t2 - t1) * 1000 <= elapsed <= (t3 - t0) * 1000
+    assert elapsed >= sleep_s * 1000
+    assert end.elapsed_time(start) == pytest.approx(-elapsed)
+
+
+def test_event_timing_on_an_explicit_stream_and_record_event():
+    stream = torchdevice.Stream()
+    start = stream.record_event(torchdevice.Event(enable_timing=True))
+    time.sleep(0.01)
+    end = stream.record_event(torchdevice.Event(enable_timing=True))
+    assert start.elapsed_time(end) >= 10
+    assert start.device == torch.device("cpu", 0)
+    assert start.query() and end.query() and stream.query()
+    start.synchronize()
+    end.wait(stream)
+    stream.wait_event(end)
+    stream.wait_stream(torchdevice.default_stream())
+    stream.synchronize()
+
+
+def test_elapsed_time_without_enable_timing_raises_like_cuda():
+    plain, timed = torchdevice.Event(), torchdevice.Event(enable_timing=True)
+    plain.record()
+    timed.record()
+    for a, b in ((plain, timed), (timed, plain), (plain, plain)):
+        with pytest.raises(RuntimeError, match="enable_timing=True"):
+            a.elapsed_time(b)
+
+
+def test_elapsed_time_of_unrecorded_event_raises():
+    start, end = torchdevice.Event(enable_timing=True), torchdevice.Event(enable_timing=True)
+    assert end.query()  # CUDA also answers True for an event never recorded
+    start.record()
+    with pytest.raises(RuntimeError, match="recorded"):
+        start.elapsed_time(end)
+    with pytest.raises(RuntimeError, match="recorded"):
+        end.elapsed_time(start)
+
+
+def test_interprocess_event_is_unsupported():
+    with pytest.raises(UnsupportedError, match="interprocess"):
+        torchdevice.Event(interprocess=True)
+
+
+# -- streams ----------------------------------------------------------------------------------
+
+
+def test_current_stream_is_per_thread():
+    default = torchdevice.default_stream()
+    assert torchdevice.current_stream() == default
+    assert default.stream_id == 0 and default.device == torch.device("cpu", 0)
+    mine = torchdevice.Stream()
+    assert mine != default and mine.stream_id != 0
+    torchdevice.set_stream(mine)
+    try:
+        assert torchdevice.current_stream() == mine
+        seen = {}
+        ready, proceed = threading.Event(), threading.Event()
+
+        def worker():
+            seen["start"] = torchdevice.current_stream()
+            seen["device"] = torchdevice.current_device()
+            theirs = torchdevice.Stream()
+            torchdevice.set_stream(theirs)
+            seen["theirs"] = theirs
+            seen["after_set"] = torchdevice.current_stream()
+            ready.set()
+            proceed.wait(10)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert ready.wait(10)
+        # while the other thread holds its own stream, ours is unchanged
+        assert torchdevice.current_stream() == mine
+        proceed.set()
+        thread.join(10)
+        assert seen["start"] == default and seen["start"] is default  # one default stream, shared
+        assert seen["device"] == 0
+        assert seen["after_set"] == seen["theirs"] != mine
+        assert torchdevice.current_stream() == mine
+    finally:
+        torchdevice.set_stream(default)
+    assert torchdevice.current_stream() == default
+
+
+def test_stream_context_restores_and_nests():
+    default = torchdevice.default_stream()
+    s1, s2 = torchdevice.Stream(), torchdevice.Stream()
+    with torchdevice.stream(s1) as entered:
+        assert entered is s1 and torchdevice.current_stream() == s1
+        with s2:
+            assert torchdevice.current_stream() == s2
+        assert torchdevice.current_stream() == s1
+        with torchdevice.stream(None):
+            assert torchdevice.current_stream() == s1
+    assert torchdevice.current_stream() == default
+    # streams are in order and complete: work issued in the context is done when the call returns
+    with torchdevice.stream(s1):
+        y = torch.ones(1000) * 2
+    assert s1.query() and y.sum().item() == 2000.0
+
+
+def test_set_stream_rejects_other_objects():
+    with pytest.raises(TypeError, match="set_stream expects"):
+        torchdevice.set_stream("stream")
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        torchdevice.Stream(stream_ptr=123)
+
+
+# -- random numbers -----------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("restore_rng")
+class TestRNG:
+    def test_state_round_trip_reproduces_torch_rand(self):
+        state = torchdevice.get_rng_state()
+        assert state.dtype == torch.uint8
+        first = torch.rand(8)
+        torchdevice.set_rng_state(state)
+        assert torch.equal(torch.rand(8), first)
+        torchdevice.set_rng_state(state, device=0)
+        assert torch.equal(torch.rand(8), first)
+
+    def test_state_is_torchs_cpu_generator_state(self):
+        torch.manual_seed(99)
+        assert torch.equal(torchdevice.get_rng_state(), torch.get_rng_state())
+        state = torch.get_rng_state()
+        expected = torch.randn(4)
+        torchdevice.set_rng_state(state)
+        assert torch.equal(torch.randn(4), expected)
+
+    def test_all_states_round_trip(self):
+        states = torchdevice.get_rng_state_all()
+        assert len(states) == torchdevice.device_count() == 1
+        first = torch.randint(0, 1000, (6,))
+        torchdevice.set_rng_state_all(states)
+        assert torch.equal(torch.randint(0, 1000, (6,)), first)
+
+    def test_manual_seed_gives_native_numbers(self):
+        torch.manual_seed(1234)
+        native = torch.rand(5)
+        torchdevice.manual_seed(1234)
+        assert torch.equal(torch.rand(5), native)
+        torchdevice.manual_seed_all(1234)
+        assert torch.equal(torch.rand(5), native)
+        assert torchdevice.initial_seed() == 1234 == torch.initial_seed()
+
+    def test_seed_is_random_and_reported_by_initial_seed(self):
+        torchdevice.seed()
+        first = torchdevice.initial_seed()
+        assert first == torch.initial_seed()
+        torchdevice.seed_all()
+        assert torchdevice.initial_seed() != first  # 64 random bits: a repeat means no reseed
+        assert torchdevice.initial_seed() == torch.initial_seed()
+
+    def test_bad_state_raises(self):
+        with pytest.raises(TypeError, match="ByteTensor"):
+            torchdevice.set_rng_state(torch.zeros(3))
+        with pytest.raises(TypeError, match="ByteTensor"):
+            torchdevice.set_rng_state([1, 2, 3])
+        with pytest.raises(RuntimeError):
+            torchdevice.set_rng_state(torch.zeros(3, dtype=torch.uint8))  # torch's own size check

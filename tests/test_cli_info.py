@@ -1,0 +1,97 @@
+"""``torchdevice info`` through the installed console script and ``python -m torchdevice``.
+
+These run with whatever plugins are installed in this environment (in tox:
+the five accelerator plugins). On a machine without accelerators, cpu is the
+one selected backend; every other installed backend is listed with why it was
+not selected.
+"""
+from __future__ import annotations
+
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from helpers import run_command, run_concurrently, run_torchdevice
+
+
+@pytest.fixture(scope="module")
+def runs():
+    jobs = {
+        "json": (run_torchdevice, ("info", "--json"), {}),
+        "text": (run_torchdevice, ("info",), {}),
+        "nope": (run_torchdevice, ("info",), {"env": {"TORCHDEVICE_BACKEND": "nope"}}),
+        "module_nope_json": (run_command, ([sys.executable, "-m", "torchdevice", "info", "--json"],),
+                             {"env": {"TORCHDEVICE_BACKEND": "nope"}}),
+    }
+    return run_concurrently(jobs)
+
+
+def accelerator_present() -> bool:
+    import torch
+
+    return any(
+        getattr(torch, name, None) is not None and getattr(torch, name).is_available()
+        for name in ("cuda", "xpu", "mps", "mtia")
+    )
+
+
+def test_info_json_lists_cpu_available_and_selected(runs):
+    result = runs["json"]
+    assert result.returncode == 0, result
+    info = result.json()
+    assert info["version"] == version("torchdevice")
+    assert info["error"] is None
+    cpu = [b for b in info["backends"] if b["name"] == "cpu"]
+    assert len(cpu) == 1, info["backends"]
+    cpu = cpu[0]
+    assert cpu["available"] is True and cpu["automatic"] is True
+    assert cpu["distribution"] == "torchdevice" and cpu["version"] == version("torchdevice")
+    assert cpu["device_type"] == "cpu"
+    selected = [b["name"] for b in info["backends"] if b["selected"]]
+    assert selected == [info["selected"]]
+    if not accelerator_present():
+        assert info["selected"] == "cpu" and cpu["selected"] is True
+    for backend in info["backends"]:
+        assert set(backend) >= {"name", "plugin", "distribution", "version", "device_type", "priority",
+                                "available", "reason", "automatic", "selected", "problems"}
+        if not backend["available"]:
+            assert backend["reason"], backend  # every unavailable backend says why
+
+
+def test_info_table_matches_json(runs):
+    result = runs["text"]
+    assert result.returncode == 0, result
+    info = runs["json"].json()
+    lines = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("problem: ")]
+    header = lines[0].split()
+    assert header == ["backend", "plugin", "version", "device", "priority", "available", "selected", "notes"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert set(rows) == {b["name"] for b in info["backends"]}
+    cpu = rows["cpu"]
+    assert cpu[:6] == ["cpu", "torchdevice", version("torchdevice"), "cpu", "0", "yes"]
+    assert ("*" in cpu) == (info["selected"] == "cpu")
+    for backend in info["backends"]:
+        expected = ("yes" if backend["automatic"] else "on") if backend["available"] else "no"
+        assert rows[backend["name"]][5] == expected, (backend, rows[backend["name"]])
+
+
+def test_unknown_backend_from_env_fails_listing_cpu(runs):
+    result = runs["nope"]
+    assert result.returncode != 0, result
+    assert "unknown torchdevice backend 'nope' (from TORCHDEVICE_BACKEND)" in result.stderr
+    known = result.stderr.split("known backends:")[1].split(";")[0]
+    available = result.stderr.split("available here:")[1]
+    assert "cpu" in [k.strip() for k in known.split(",")]
+    assert "cpu" in [a.strip() for a in available.split(",")]
+    # the table is still printed, with nothing selected
+    assert "cpu" in result.stdout and "*" not in result.stdout
+
+
+def test_python_m_torchdevice_json_reports_the_error(runs):
+    result = runs["module_nope_json"]
+    assert result.returncode != 0, result
+    info = result.json()
+    assert info["selected"] is None
+    assert "'nope'" in info["error"] and "cpu" in info["error"]
+    assert not any(b["selected"] for b in info["backends"])
