@@ -120,3 +120,16 @@ def test_format_markdown_escapes_and_truncates():
     assert "`python 'a b.py'`" in text
     assert "x\\|y" in text
     assert "and 2 more" in text
+
+
+def test_each_torchrun_rank_writes_its_own_report(monkeypatch):
+    from torchdevice.run import _per_rank
+
+    monkeypatch.delenv("RANK", raising=False)
+    assert _per_rank("/x/r.json") == "/x/r.json"
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _per_rank("/x/r.json") == "/x/r.rank1.json"
+    assert _per_rank("/x/report") == "/x/report.rank1"
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert _per_rank("/x/r.md") == "/x/r.md"

@@ -32,7 +32,9 @@ by an exception), which translated APIs it called, how many times, from
 which call sites and how each was handled: JSON if FILE ends in ``.json``,
 Markdown otherwise. Without ``--report`` nothing is counted (the wrappers
 only test ``trace.active``). The report covers the ``torchdevice run``
-process itself; child processes are not counted.
+process itself; child processes are not counted. Under ``torchrun ... -m
+torchdevice run --report r.json`` every rank is its own ``torchdevice run``
+and writes ``r.rank<RANK>.json``.
 """
 from __future__ import annotations
 
@@ -124,7 +126,7 @@ def run(target_name: str, argv: list[str], *, module: bool = False, backend: str
     code, main_module = prepared
 
     if report is not None:
-        report = os.path.abspath(report)  # the program may chdir
+        report = _per_rank(os.path.abspath(report))  # absolute: the program may chdir
         cwd = os.getcwd()
         trace.reset()
         trace.start_report()
@@ -247,6 +249,15 @@ def _print_uncaught(exc: BaseException) -> None:
 
 
 # -- the report -------------------------------------------------------------------------------------
+
+
+def _per_rank(path: str) -> str:
+    """Under torchrun (``WORLD_SIZE`` > 1) each rank writes its own report: ``r.json`` -> ``r.rank1.json``."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    if rank is None or world in ("", "1"):
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.rank{rank}{ext}"
 
 
 def _split_how(how: str) -> tuple[str, str]:
