@@ -1,0 +1,253 @@
+"""Packaging: the core and the five plugins as wheels and sdists, installed into a fresh venv.
+
+What this proves, from built artifacts only (never this checkout):
+
+* ``python -m build`` makes a wheel and an sdist of ``torchdevice`` and of each
+  ``plugins/torchdevice-*`` (the wheel is built from the sdist, so the sdist is
+  complete), with version 0.1.0 in lockstep, the ``torchdevice==0.1.0``
+  requirement, the entry point in group ``torchdevice``, and MLX's
+  platform-marked dependency;
+* in a fresh venv, ``pip install --find-links dist 'torchdevice[mlx]'`` (torch
+  pinned to 2.13.0) gives a ``torchdevice info --json`` listing ``mlx`` found
+  through its entry point, with its distribution and version, and
+  ``torchdevice.use("mlx")`` reports MLX memory figures that move when MLX
+  arrays are allocated; ``torchdevice[all]`` brings the other four;
+* the sample third-party plugin ``examples/vendor-plugin`` (written against
+  ``docs/plugins.md``) installs from its wheel, is discovered, is selected when
+  its priority is highest (and not when ``TORCHDEVICE_PRIORITY`` lowers it),
+  and its own tests -- the vendor kit from the installed wheel -- pass.
+
+The name ``torchdevice`` on PyPI belongs to an unrelated project (0.1.0-0.1.3
+there), so the third-party dependencies (read from the wheels' metadata) are
+installed first, and our distributions then with ``--no-index`` from ``dist``:
+pip can never pick PyPI's ``torchdevice``.
+
+Slow (a fresh venv with torch and MLX, about a minute): it runs under
+``tox -e packaging`` (``TORCHDEVICE_PACKAGING_TESTS=1``) or when this file is
+named on the pytest command line, and is skipped in the default test run.
+"""
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VERSION = "0.1.0"
+PLUGINS = ("cuda", "mps", "mtia", "xpu", "mlx")
+PROJECTS = {"torchdevice": ROOT, **{f"torchdevice-{p}": ROOT / "plugins" / f"torchdevice-{p}" for p in PLUGINS}}
+VENDOR = ROOT / "examples" / "vendor-plugin"
+ENV_FLAG = "TORCHDEVICE_PACKAGING_TESTS"
+
+
+def _requested(config) -> bool:
+    if os.environ.get(ENV_FLAG) == "1":
+        return True
+    return any(Path(str(arg).split("::")[0]).name == Path(__file__).name for arg in config.args)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _only_when_asked(request):
+    if not _requested(request.config):
+        pytest.skip(f"slow packaging test: run `tox -e packaging`, set {ENV_FLAG}=1, or name tests/test_packaging.py")
+
+
+def _run(args, *, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"$ {' '.join(map(str, args))}\n[rc={proc.returncode}]\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TORCHDEVICE_", "SIMCHIP_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(extra)
+    return env
+
+
+def _build(project: Path, outdir: Path) -> None:
+    # --no-isolation: hatchling comes from this environment (no index needed for the build itself)
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", outdir, project], env=_clean_env())
+
+
+def _wheel(dist: Path, name: str, version: str = VERSION) -> Path:
+    path = dist / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    assert path.exists(), f"no wheel {path.name} in {sorted(p.name for p in dist.iterdir())}"
+    return path
+
+
+def _metadata(wheel: Path):
+    with zipfile.ZipFile(wheel) as zf:
+        info = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        eps = next((n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")), None)
+        meta = email.parser.Parser().parsestr(zf.read(info).decode())
+        return meta, (zf.read(eps).decode() if eps else "")
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda project: _build(project, out), PROJECTS.values()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(dist, tmp_path_factory) -> Path:
+    """A fresh venv with the third-party dependencies, then ``torchdevice[mlx]`` from ``dist`` only."""
+    root = tmp_path_factory.mktemp("venv")
+    _run([sys.executable, "-m", "venv", root / "venv"])
+    bindir = root / "venv" / ("Scripts" if os.name == "nt" else "bin")
+    constraints = root / "constraints.txt"
+    constraints.write_text("torch==2.13.0\n")
+    third_party = []
+    for name in ("torchdevice", "torchdevice-mlx"):
+        meta, _ = _metadata(_wheel(dist, name))
+        for req in meta.get_all("Requires-Dist") or ():
+            if "extra ==" not in req and not req.lower().startswith("torchdevice"):
+                third_party.append(req)
+    env = _clean_env(PIP_CONSTRAINT=str(constraints), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    pip = [bindir / "python", "-m", "pip", "install", "-q", "--no-compile"]  # no .pyc of torch: much faster
+    _run([*pip, *third_party, "pytest>=7"], env=env, cwd=root)
+    _run([*pip, "--no-index", "--find-links", dist, f"torchdevice[mlx]=={VERSION}"], env=env, cwd=root)
+    return bindir
+
+
+def _info(bindir: Path, **env) -> dict:
+    proc = _run([bindir / "torchdevice", "info", "--json"], env=_clean_env(**env), cwd=bindir)
+    return json.loads(proc.stdout)
+
+
+def _record(info: dict, name: str) -> dict:
+    found = {b["name"]: b for b in info["backends"]}
+    assert name in found, f"{name!r} not in torchdevice info: {sorted(found)}"
+    return found[name]
+
+
+# -- the artifacts -----------------------------------------------------------------------------------
+
+
+def test_wheels_and_sdists_of_core_and_plugins(dist):
+    for name in PROJECTS:
+        assert (dist / f"{name.replace('-', '_')}-{VERSION}.tar.gz").exists(), f"no sdist of {name}"
+        meta, entry_points = _metadata(_wheel(dist, name))
+        assert (meta["Name"], meta["Version"]) == (name, VERSION)
+        if name == "torchdevice":
+            extras = set(meta.get_all("Provides-Extra") or ())
+            assert {*PLUGINS, "all"} <= extras
+            continue
+        plugin = name.split("-", 1)[1]
+        requires = meta.get_all("Requires-Dist") or []
+        assert f"torchdevice=={VERSION}" in requires, requires
+        assert "[torchdevice]" in entry_points and f"{plugin} = torchdevice_{plugin}:plugin" in entry_points
+    from packaging.requirements import Requirement
+
+    meta, _ = _metadata(_wheel(dist, "torchdevice-mlx"))
+    requires = {(r.name, tuple(sorted(r.extras)), str(r.marker)) for r in map(Requirement, meta.get_all("Requires-Dist"))}
+    assert ("mlx", ("cpu",), 'sys_platform == "linux"') in requires
+    assert ("mlx", (), 'sys_platform == "darwin"') in requires
+
+
+# -- torchdevice[mlx] in a fresh venv ------------------------------------------------------------------
+
+
+def test_fresh_venv_uses_the_built_wheels(venv):
+    proc = _run([venv / "python", "-c",
+                 "import torch, torchdevice, torchdevice_mlx; "
+                 "print(torch.__version__, torchdevice.__version__, torchdevice.__file__, torchdevice_mlx.__file__)"],
+                env=_clean_env(), cwd=venv)
+    torch_version, version, core_file, mlx_file = proc.stdout.split()
+    assert torch_version.startswith("2.13.0") and version == VERSION
+    for path in (core_file, mlx_file):
+        assert Path(path).resolve().is_relative_to(venv.parent.resolve()), f"{path} is not in the fresh venv"
+
+
+def test_info_lists_mlx_through_its_entry_point(venv):
+    info = _info(venv)
+    mlx = _record(info, "mlx")
+    assert (mlx["plugin"], mlx["distribution"], mlx["version"]) == ("mlx", "torchdevice-mlx", VERSION)
+    assert mlx["available"] is True and mlx["device_type"] == "cpu"
+    assert info["selected"] == "cpu" and not info["problems"]
+    proc = _run([venv / "python", "-c",
+                 "from importlib.metadata import entry_points; "
+                 "print([ep.value for ep in entry_points(group='torchdevice') if ep.name == 'mlx'])"],
+                env=_clean_env(), cwd=venv)
+    assert proc.stdout.strip() == "['torchdevice_mlx:plugin']"
+
+
+def test_use_mlx_reports_moving_mlx_memory(venv):
+    script = (
+        "import mlx.core as mx, torchdevice\n"
+        "torchdevice.use('mlx')\n"
+        "assert torchdevice.current_backend() == 'mlx'\n"
+        "before = torchdevice.memory_allocated()\n"
+        "a = mx.zeros((8 << 20,)); mx.eval(a)\n"
+        "during = torchdevice.memory_allocated()\n"
+        "peak = torchdevice.max_memory_allocated()\n"
+        "del a\n"
+        "after = torchdevice.memory_allocated()\n"
+        "print(before, during, peak, after)\n"
+    )
+    proc = _run([venv / "python", "-c", script], env=_clean_env(), cwd=venv)
+    before, during, peak, after = map(int, proc.stdout.split())
+    assert during - before >= 32 << 20 and peak >= during and during - after >= 32 << 20
+
+
+def test_all_extra_brings_every_plugin(venv, dist):
+    _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--no-index", "--find-links", dist,
+          f"torchdevice[all]=={VERSION}"], env=_clean_env(), cwd=venv)
+    info = _info(venv)
+    for plugin in PLUGINS:
+        record = _record(info, plugin)
+        assert (record["distribution"], record["version"]) == (f"torchdevice-{plugin}", VERSION)
+        assert record["reason"], record
+    for plugin in ("cuda", "mps", "mtia", "xpu"):
+        assert _record(info, plugin)["available"] is False  # torch 2.13.0+cpu
+    assert info["selected"] == "cpu"
+
+
+# -- a third-party plugin ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vendor(venv, dist, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("vendor-dist")
+    _build(VENDOR, out)
+    _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--no-index", "--find-links", out,
+          "--find-links", dist, "torchdevice-simchip"], env=_clean_env(), cwd=venv)
+    return out
+
+
+def test_vendor_plugin_is_discovered_and_wins_on_priority(vendor, venv):
+    runs = {
+        "default": {},
+        "lowered": {"TORCHDEVICE_PRIORITY": "simchip=-1"},
+        "raised": {"SIMCHIP_PRIORITY": "200", "TORCHDEVICE_PRIORITY": "mlx=300"},
+        "blocked": {"TORCHDEVICE_DISABLE_PLUGINS": "simchip"},
+    }
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(zip(runs, pool.map(lambda env: _info(venv, **env), runs.values())))
+    info, lowered, raised, blocked = (results[k] for k in runs)
+    simchip = _record(info, "simchip")
+    assert (simchip["plugin"], simchip["distribution"], simchip["version"]) == ("simchip", "torchdevice-simchip", "1.0.0")
+    assert simchip["available"] and simchip["priority"] == 50
+    assert info["selected"] == "simchip"  # the highest available automatic priority here (mlx is on request)
+    assert lowered["selected"] == "cpu"
+    # mlx=300 does not make CPU-only MLX automatic: the highest *automatic* backend wins
+    assert raised["selected"] == "simchip" and _record(raised, "simchip")["priority"] == 200
+    assert "simchip" not in {b["name"] for b in blocked["backends"]} and blocked["selected"] == "cpu"
+
+
+def test_vendor_plugin_tests_pass_with_the_installed_kit(vendor, venv, tmp_path):
+    tests = tmp_path / "tests"
+    shutil.copytree(VENDOR / "tests", tests)
+    _run([venv / "pytest", "-q", "-p", "no:cacheprovider", tests], env=_clean_env(), cwd=tmp_path)
