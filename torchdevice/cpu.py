@@ -17,6 +17,12 @@ What the figures mean on CPU (torch has no CPU allocator statistics):
 * ``memory_stats`` carries those figures under CUDA's key names plus the raw
   ``/proc`` fields they come from.
 
+The CPU is one device; under a launcher that sets ``LOCAL_WORLD_SIZE``
+(torchrun) it is exposed as that many logical devices, all the same host CPU,
+so that each local rank's ``cuda:LOCAL_RANK`` is valid (see
+:func:`torchdevice.streams.host_device_count`). Memory figures are the
+process's own whichever index is asked.
+
 These need Linux's ``/proc``; elsewhere the memory family raises
 UnsupportedError rather than inventing numbers.
 """
@@ -42,7 +48,7 @@ from .backend import (
 )
 from .comm import DeviceComm
 from .errors import UnsupportedError
-from .streams import HostStreamOps
+from .streams import HostStreamOps, host_device_count
 
 _PROC_STATUS = "/proc/self/status"
 _MEMINFO = "/proc/meminfo"
@@ -208,7 +214,7 @@ class CPUBackend(Backend):
         return Availability(True, f"{os.cpu_count()} logical CPUs")
 
     def device_count(self) -> int:
-        return 1
+        return host_device_count()
 
     def device_properties(self, index: int) -> DeviceProperties:
         return DeviceProperties(

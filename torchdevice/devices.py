@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import copyreg
 import functools
+import os
+import sys
 
 import torch
 import torch.nn
@@ -275,15 +277,36 @@ def _move_method(source: str, kind: str, to):
     return move
 
 
-def _is_source_property(source: str, device_type: str):
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _is_source_property(source: str, device_type: str, real):
     api = f"Tensor.is_{source}"
+    real_get = real.__get__
 
     def getter(self):
+        # torch's own code must see the truth: it routes `is_cuda` tensors into CUDA-only paths.
+        if sys._getframe(1).f_code.co_filename.startswith(_TORCH_DIR):
+            return real_get(self)
         if trace.active:
             trace.note(api, "translated")
         return self.device.type == device_type
 
-    return property(getter, doc=f"Translated ``Tensor.is_{source}``: True on the target device ({device_type}).")
+    return property(
+        getter,
+        doc=f"Translated ``Tensor.is_{source}``: True on the target device ({device_type}) for "
+        "user code; torch's own code sees the real value.",
+    )
+
+
+def _record_stream_noop(self, stream):
+    """Translated ``Tensor.record_stream``: a no-op on a host-synchronous target.
+
+    It tells a caching allocator not to reuse the memory before ``stream``'s
+    work is done; on a host target that work is done when its call returns.
+    """
+    if trace.active:
+        trace.note("Tensor.record_stream", "no-op")
 
 
 def _module_to_empty(fn):
@@ -388,12 +411,14 @@ def install(patcher, target) -> None:
         if hasattr(torch.nn.Module, source):
             patcher.set(torch.nn.Module, source, _move_method(source, "Module", module_to))
         if hasattr(torch.Tensor, f"is_{source}"):
-            patcher.set(torch.Tensor, f"is_{source}", _is_source_property(source, target.device_type))
+            real = vars(torch._C.TensorBase)[f"is_{source}"]
+            patcher.set(torch.Tensor, f"is_{source}", _is_source_property(source, target.device_type, real))
 
     patcher.set(torch, "load", _load(torch.load))
     patcher.set(torch, "set_default_device", _set_default_device(torch.set_default_device))
     if target.device_type == "cpu":
         patcher.set(torch.Tensor, "pin_memory", _pin_memory_noop)
+        patcher.set(torch.Tensor, "record_stream", _record_stream_noop)
         loader = torch.utils.data.DataLoader
         patcher.set(loader, "__init__", _dataloader_init(loader.__init__))
 

@@ -17,6 +17,7 @@ What still needs real work is kept real:
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from typing import ClassVar
@@ -31,6 +32,22 @@ _DeviceClass = torch.device  # bound at import, before any translation patch
 _state = threading.local()
 _default_streams: dict[tuple[str, int], "HostStream"] = {}
 _default_lock = threading.Lock()
+
+
+def host_device_count() -> int:
+    """Logical devices of a host-memory backend: one, or one per local rank under a launcher.
+
+    torchrun (and other launchers) set ``LOCAL_WORLD_SIZE``; an NCCL-written
+    program then addresses ``cuda:LOCAL_RANK`` in each process. On a backend
+    whose tensors live in host memory every such device is the same host, so
+    the backend exposes ``LOCAL_WORLD_SIZE`` logical devices rather than making
+    rank 1's ``cuda:1`` invalid.
+    """
+    raw = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        return 1
 
 
 def parse_index(device, current: int, count: int, backend: str) -> int:
@@ -88,7 +105,7 @@ class HostStream:
 
     backend: ClassVar[str] = "cpu"
     device_type: ClassVar[str] = "cpu"
-    device_count: ClassVar[int] = 1
+    device_count: ClassVar[int | None] = None  #: None: host_device_count()
     _ids: ClassVar = itertools.count(1)
 
     def __init__(self, device=None, priority: int = 0, **kwargs):
@@ -99,7 +116,10 @@ class HostStream:
         else:
             self.stream_id = next(HostStream._ids)
         self.device_index = parse_index(
-            device, current_device_of(self.backend), self.device_count, self.backend
+            device,
+            current_device_of(self.backend),
+            host_device_count() if self.device_count is None else self.device_count,
+            self.backend,
         )
         self.priority = priority
         self._saved: list = []
