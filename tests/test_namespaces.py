@@ -25,10 +25,15 @@ def _modules():
 
 
 def _snapshot():
-    return {m.__name__: dict(vars(m)) for m in _modules()}
+    snap = {m.__name__: dict(vars(m)) for m in _modules()}
+    snap["torch (fronted attributes)"] = {"get_device_module": torch.get_device_module}
+    snap["torch.Tensor (fronted attributes)"] = {k: v for k, v in vars(torch.Tensor).items() if k == "record_stream"}
+    snap["torch.Tensor.record_stream"] = {"record_stream": torch.Tensor.record_stream}
+    return snap
 
 
 def _assert_same(before, after):
+    assert "record_stream" not in vars(torch.Tensor)  # inherited from TensorBase again
     for name, attrs in before.items():
         now = after[name]
         assert set(now) == set(attrs), f"{name}: attributes added/removed: {set(now) ^ set(attrs)}"
@@ -285,6 +290,23 @@ def test_current_stream_is_per_thread(patched):
     thread.join()
     assert seen["inside"] == s and seen["start"] == torch.cuda.default_stream()
     assert main == torch.cuda.default_stream()
+
+
+def test_record_stream_accepts_the_backends_streams(patched):
+    side = torch.cuda.Stream()
+    x = torch.ones(4, device="cuda")
+    with torch.cuda.stream(side):
+        y = x * 2
+    torch.cuda.current_stream().wait_stream(side)
+    assert y.record_stream(side) is None
+    assert torch.equal(y, torch.full((4,), 2.0))
+
+
+def test_get_device_module_gives_the_fronted_namespace(patched):
+    assert torch.get_device_module("cuda") is torch.cuda
+    assert torch.get_device_module("xpu:0") is torch.xpu
+    assert torch.get_device_module("cpu") is torch.cpu
+    assert torch.get_device_module(torch.device("cuda")) is torch.cpu  # a device object is already translated
 
 
 def test_sync_debug_mode_is_kept(patched):

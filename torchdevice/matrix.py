@@ -125,6 +125,11 @@ def view(name: str) -> View:
         return result
 
 
+def _is_active(v: View) -> bool:
+    active = router._active
+    return active is not None and active.name == v.name
+
+
 def _default_backend() -> str:
     try:
         return router.active().name
@@ -167,6 +172,14 @@ def _delegate(module_name: str, v: View, *names: str) -> tuple[Status, str] | No
         kwargs["backend"] = v.name
     elif "target" in params:
         kwargs["target"] = _target_for(v)
+    elif "router" in getattr(fn, "__globals__", {}) and not _is_active(v):
+        # status() answers for router.active() only: evaluate the same function with a
+        # router whose active() is this backend's view (name, device_type, collectives)
+        import types
+
+        shim = types.SimpleNamespace(active=lambda: v)
+        fn = types.FunctionType(fn.__code__, {**fn.__globals__, "router": shim}, fn.__name__,
+                                fn.__defaults__, fn.__closure__)
     for name in names:
         try:
             answer = _as_status(fn(name, **kwargs))
@@ -210,13 +223,26 @@ def _distributed(v: View, api: str) -> tuple[Status, str]:
 
 
 def _dist_backend(v: View, name: str) -> tuple[Status, str] | None:
+    """A ``torch.distributed`` engine name used by the program (``"nccl"``) on backend ``v``."""
     answer = _delegate("distributed", v, f"dist-backend:{name}")
     if answer is not None:
         return answer
     engine = getattr(v.collectives, "dist_backend", None)
-    if engine == name:
+    if name == engine:
         return Status.NATIVE, f"the {v.name} backend's own torch.distributed engine"
-    return None
+    try:
+        distributed = importlib.import_module("torchdevice.distributed")
+        foreign = distributed._foreign_engines(v.device_type, [t for t in SOURCE_TYPES if t != v.device_type])
+    except (ImportError, AttributeError):
+        return None
+    if name in foreign:
+        init = _distributed(v, "torch.distributed.init_process_group")
+        if init[0] is Status.UNSUPPORTED:
+            return init
+        return Status.TRANSLATED, (
+            f"process groups asked for {name!r} are created on {engine!r}, the {v.name} backend's engine"
+        )
+    return Status.NATIVE, f"{name!r} is passed to torch as it is (usable where this torch build has it)"
 
 
 _FLAG_NATIVE = {"is_available", "version", "is_built", "is_acceptable"}
@@ -416,6 +442,8 @@ def _notes_block(row: Row, names: list[str]) -> str:
     for b in names:
         if b in row.statuses:
             st, note = row.statuses[b]
+            # notes that differ only by the backend's own name are shown once
+            note = note.replace(f"the {b} backend", "the <backend> backend").replace(f"backend {b!r}", "backend <backend>")
             groups.setdefault((st.value, note), []).append(b)
     parts = [f"{', '.join(bs)}: {note or st}" for (st, note), bs in groups.items()]
     return f"- `{row.api}` — " + "; ".join(_md_cell(p) for p in parts)

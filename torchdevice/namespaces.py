@@ -1143,7 +1143,7 @@ def fronted(ns: str) -> list[str]:
     if ns == "mps":
         apis.add("torch.backends.mps.is_available")
     if ns == "cuda":
-        apis.add("torch.get_device_module")
+        apis |= {"torch.get_device_module", "torch.Tensor.record_stream"}
     return sorted(apis)
 
 
@@ -1157,6 +1157,8 @@ def api_status(view: View, api: str) -> tuple[Status, str] | None:
     """
     if api == "torch.backends.mps.is_available":
         return status(view, "mps", "is_available")
+    if api in ("torch.Tensor.record_stream", ".record_stream()"):
+        return record_stream_status(view)
     if api == "torch.get_device_module":
         return TRANSLATED, (
             f"a {', '.join(t for t in NAMESPACES if t != view.device_type)} device string gives the fronted "
@@ -1296,7 +1298,42 @@ def install(patcher, target) -> None:
         installed[ns] = objects
     if target.sources:
         _install_get_device_module(patcher, target, view)
+        _install_record_stream(patcher, view)
     _installed = installed
+
+
+def _host_streams(view: View) -> bool:
+    cls = getattr(type(view.streams), "Stream", None) if view.streams is not None else None
+    return isinstance(cls, type) and issubclass(cls, HostStream)
+
+
+def record_stream_status(view: View) -> tuple[Status, str]:
+    """``Tensor.record_stream(s)`` for a stream of the backend ``view``."""
+    if _host_streams(view):
+        return NOOP, (
+            "the {0} backend's streams are host-synchronous: work queued on one is complete when its call "
+            "returns, so the tensor's memory may be reused at once".format(view.name)
+        )
+    return NATIVE, "torch's own Tensor.record_stream with the backend's stream"
+
+
+def _install_record_stream(patcher, view: View) -> None:
+    """``tensor.record_stream(s)`` accepts a host-synchronous stream (``torch.cuda.Stream()`` on cpu/MLX)."""
+    if not _host_streams(view):
+        return
+    original = torch.Tensor.record_stream
+    api = "torch.Tensor.record_stream"
+    how = "{}: {}".format(*record_stream_status(view))
+
+    def record_stream(self, stream):
+        if isinstance(stream, HostStream):
+            if _trace.active:
+                _trace.note(api, how)
+            return None
+        return original(self, stream)
+
+    functools.update_wrapper(record_stream, original)
+    patcher.set(torch.Tensor, "record_stream", record_stream)
 
 
 def _install_get_device_module(patcher, target, view: View) -> None:

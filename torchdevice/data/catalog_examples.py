@@ -252,7 +252,7 @@ def _dist_type_ok(documented: str, value: Any) -> bool:
         from torch.distributed.device_mesh import DeviceMesh
 
         return isinstance(value, DeviceMesh)
-    if "ProcessGroup]" in documented:
+    if "ProcessGroup]" in documented or documented.endswith("ProcessGroup'>"):
         return isinstance(value, dist.ProcessGroup)
     raise KeyError(f"no check for documented return type {documented!r}")
 
@@ -332,7 +332,8 @@ DISTRIBUTED: dict[str, DistCall] = {
     "broadcast": _d(lambda ctx: (ctx.t(float(ctx.rank)), 0)),
     "reduce": _d(lambda ctx: (ctx.t(1.0), 0)),
     "all_gather": _d(lambda ctx: ([ctx.t(0.0), ctx.t(0.0)], ctx.t(float(ctx.rank)))),
-    "all_gather_coalesced": _d(lambda ctx: ([[ctx.t(0.0), ctx.t(0.0)]], [ctx.t(float(ctx.rank))])),
+    # one list per rank, each with one tensor per input
+    "all_gather_coalesced": _d(lambda ctx: ([[ctx.t(0.0)], [ctx.t(0.0)]], [ctx.t(float(ctx.rank))])),
     "all_gather_into_tensor": _d(lambda ctx: (ctx.t(0.0, 0.0), ctx.t(float(ctx.rank)))),
     "all_gather_object": _d(lambda ctx: ([None, None], {"rank": ctx.rank})),
     "broadcast_object_list": _d(lambda ctx: ([ctx.rank, "x"], 0)),
@@ -349,7 +350,7 @@ DISTRIBUTED: dict[str, DistCall] = {
     "reduce_scatter_tensor": _d(lambda ctx: (ctx.t(0.0), ctx.t(1.0, 2.0))),
     "all_to_all": _d(lambda ctx: ([ctx.t(0.0), ctx.t(0.0)], [ctx.t(1.0), ctx.t(2.0)])),
     "all_to_all_single": _d(lambda ctx: (ctx.t(0.0, 0.0), ctx.t(1.0, 2.0))),
-    "send": _d(lambda ctx: (ctx.t(5.0), ctx.peer)) ,
+    "send": _d(lambda ctx: (ctx.t(5.0), ctx.peer)),
     "recv": _d(lambda ctx: (ctx.t(0.0), ctx.peer)),
     "isend": _d(lambda ctx: (ctx.t(6.0), ctx.peer)),
     "irecv": _d(lambda ctx: (ctx.t(0.0), ctx.peer)),
@@ -376,7 +377,7 @@ DIST_RETURNS: dict[str, str] = {
     "all_to_all_single": "None", "barrier": "None", "broadcast": "None", "broadcast_object_list": "None",
     "destroy_process_group": "None", "gather": "None", "gather_object": "None", "monitored_barrier": "None",
     "reduce": "None", "reduce_scatter": "None", "reduce_scatter_tensor": "None", "scatter": "None",
-    "scatter_object_list": "None", "send_object_list": "None", "recv_object_list": "None",
+    "scatter_object_list": "None", "send_object_list": "None", "recv_object_list": "<class 'int'>",
     "register_rendezvous_handler": "None", "breakpoint": "None",
     "new_group": "<class 'torch.distributed.ProcessGroup'>",
     "new_subgroups": "tuple", "new_subgroups_by_enumeration": "tuple", "rendezvous": "object",
