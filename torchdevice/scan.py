@@ -54,12 +54,18 @@ What is reported (``kind`` in parentheses; ``api`` is the name reported)
   ``"dist-backend:nccl"`` / ``"dist-backend:xccl"``.
 * (``tensor-type``) a string literal that is a legacy accelerator tensor type,
   ``"torch.cuda.FloatTensor"`` (as passed to ``.type()``): ``api`` is that name.
-* (``env``) a string literal that is an accelerator environment variable name,
-  upper case with an accelerator word (``"CUDA_VISIBLE_DEVICES"``,
-  ``"PYTORCH_CUDA_ALLOC_CONF"``, ``"NCCL_DEBUG"``, ``"PYTORCH_ENABLE_MPS_FALLBACK"``):
-  ``api`` is ``"env:<NAME>"``.
+* (``env``) an accelerator environment variable read or set: an upper-case
+  string literal with an accelerator word (``"CUDA_VISIBLE_DEVICES"``,
+  ``"PYTORCH_CUDA_ALLOC_CONF"``, ``"NCCL_DEBUG"``, ``"PYTORCH_ENABLE_MPS_FALLBACK"``)
+  in an environment position: ``os.environ[...]``, ``os.environ.get/setdefault/pop(...)``,
+  ``os.getenv/putenv/unsetenv(...)``, ``monkeypatch.setenv/delenv(...)``,
+  ``... in os.environ``, or inside an ``env=`` argument (``subprocess.run(env={...})``).
+  ``api`` is ``"env:<NAME>"``; the same literal elsewhere (a table of CUDA error
+  names) is not a use.
 
-So the pseudo-API names emitted besides dotted ``torch.*`` names are
+So the pseudo-API names emitted besides dotted ``torch.*`` names -- the
+names :func:`torchdevice.matrix.status_for` documents, plus ``env:`` and the
+star import, which it does not rate -- are
 ``.cuda()`` ``.xpu()`` ``.mtia()``, ``.is_cuda`` ``.is_mps`` ``.is_xpu`` ``.is_mtia``,
 ``device:cuda`` ``device:mps`` ``device:xpu`` ``device:mtia``,
 ``dist-backend:nccl`` ``dist-backend:xccl``, ``torch.cuda.*`` (star import)
@@ -75,9 +81,12 @@ directories, ``__pycache__``, ``site-packages``, ``dist-packages``,
 ``pyvenv.cfg`` or ``conda-meta``); a path given explicitly is always scanned.
 A file containing none of the words a use needs (``cuda``, ``CUDA``, ``cudnn``,
 ``nccl``, ``xccl``, ``xpu``, ``mtia``, ``mps``, ...) cannot hold a use and is not
-parsed. Files that cannot be read or parsed (syntax errors, Python 2 code,
-null bytes) are reported in ``errors``, never fatal. Trees of
-:data:`PARALLEL_THRESHOLD` files or more are scanned by a process pool.
+parsed. In a parsed file only statements spanning a line with such a word, or
+with a name bound to an accelerator API (``tc`` after ``import torch.cuda as tc``,
+``amp`` after ``amp = torch.cuda.amp``), are visited. Files that cannot be
+read or parsed (syntax errors, Python 2 code, null bytes) are reported in
+``errors``, never fatal. Trees of :data:`PARALLEL_THRESHOLD` files or more are
+scanned by a process pool.
 
 Statuses
 --------
@@ -129,6 +138,8 @@ _DIST_WORD_RE = re.compile(r"(?:^|[,:])(nccl|xccl)(?:$|,)")
 _TENSOR_TYPE_RE = re.compile(r"torch\.(?:cuda|xpu|mtia|mps)\.[A-Za-z]*Tensor")
 _ENV_RE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 _ENV_WORDS = frozenset({"CUDA", "CUDNN", "NCCL", "XCCL", "MPS", "XPU", "MTIA", "CUBLAS", "CUBLASLT", "NVIDIA"})
+_ENV_FUNCS = frozenset({"getenv", "putenv", "unsetenv", "setenv", "delenv"})
+_ENV_METHODS = frozenset({"get", "setdefault", "pop"})
 _COMPONENT_RE = re.compile(r"(?:^|_)(?:cuda|cudnn|nccl|xccl|mps|xpu|mtia)(?:_|$)|^CUDA|(?:^|_)(?:NCCL|XCCL)(?:_|$)")
 
 _DEVICE_KWARGS = frozenset({
@@ -398,6 +409,7 @@ class _Analyzer:
             ast.Expr: self.visit_Expr, ast.Name: self.visit_Name, ast.Attribute: self.visit_Attribute,
             ast.Call: self.visit_Call, ast.Constant: self.visit_Constant, ast.JoinedStr: self.visit_JoinedStr,
             ast.FormattedValue: self.visit_FormattedValue, ast.FunctionDef: self._scoped,
+            ast.Subscript: self.visit_Subscript, ast.Compare: self.visit_Compare,
             ast.AsyncFunctionDef: self._scoped, ast.Lambda: self._scoped, ast.Import: _ignore,
             ast.ImportFrom: _ignore, ast.Load: _ignore, ast.Store: _ignore, ast.Del: _ignore,
         }
@@ -666,7 +678,13 @@ class _Analyzer:
                     self.report(func, f".{func.attr}()", "method", "call")
                 elif func.attr == "to":
                     positional_ctx = ".to()"
+                elif func.attr in _ENV_FUNCS or (
+                    func.attr in _ENV_METHODS and (_chain_text(func.value) or "").endswith("environ")
+                ):
+                    positional_ctx = "environ"
                 self.visit(func.value)
+            elif isinstance(func, ast.Name) and func.id in _ENV_FUNCS:
+                positional_ctx = "environ"
             elif isinstance(func, ast.Name) and func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
                 obj, name = node.args[0], node.args[1]
                 if isinstance(name, ast.Constant) and isinstance(name.value, str):
@@ -686,7 +704,7 @@ class _Analyzer:
                 self.context = positional_ctx
                 self.visit(arg)
             for kw in node.keywords:
-                if kw.arg in _DEVICE_KWARGS or kw.arg in _DIST_KWARGS:
+                if kw.arg in _DEVICE_KWARGS or kw.arg in _DIST_KWARGS or kw.arg == "env":
                     self.context = f"{kw.arg}="
                 else:
                     self.context = ""
@@ -712,8 +730,31 @@ class _Analyzer:
         if value.startswith("torch.") and _TENSOR_TYPE_RE.fullmatch(value):
             self.report(node, value, "tensor-type", self._string_context(), value)
             return
-        if "_" in value and _ENV_RE.fullmatch(value) and not _ENV_WORDS.isdisjoint(value.split("_")):
+        if (self.context in ("environ", "env=") and "_" in value and _ENV_RE.fullmatch(value)
+                and not _ENV_WORDS.isdisjoint(value.split("_"))):
             self.report(node, f"env:{value}", "env", self._string_context(), value)
+
+    def _with_context(self, context: str, node: ast.AST) -> None:
+        saved = self.context
+        self.context = context
+        try:
+            self.visit(node)
+        finally:
+            self.context = saved
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.visit(node.value)
+        if (_chain_text(node.value) or "").endswith("environ"):  # os.environ["CUDA_VISIBLE_DEVICES"]
+            self._with_context("environ", node.slice)
+        else:
+            self._with_context("", node.slice)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        # "CUDA_VISIBLE_DEVICES" in os.environ
+        environ = any((_chain_text(c) or "").endswith("environ") for c in node.comparators)
+        self._with_context("environ" if environ else self.context, node.left)
+        for c in node.comparators:
+            self.visit(c)
 
     def _string_context(self) -> str:
         return "" if self.context in ("reference",) else self.context
@@ -1010,7 +1051,8 @@ def use_colour(stream, mode: str = "auto") -> bool:
         return False
 
 
-def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25) -> str:
+def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25, note_width: int = 100) -> str:
+    """The terminal report: uses grouped by file, unscannable files, then the summary by status and API."""
     paint = _Paint(colour)
     out: list[str] = []
     by_file: dict[str, list[Use]] = {}
@@ -1027,7 +1069,7 @@ def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25) -
             if u.context and u.context not in ("call", "attribute", "reference"):
                 extra.append(u.context)
             if u.note:
-                extra.append(u.note)
+                extra.append(u.note if len(u.note) <= note_width else u.note[: note_width - 3] + "...")
             tail = f"  {paint('  '.join(extra), '2')}" if extra else ""
             out.append(f"  {paint(where.ljust(loc_w), '2')}  {u.api.ljust(api_w)}  "
                        f"{paint.status(u.status, status_w)}{tail}")
