@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import threading
 import typing
 import warnings
@@ -1184,20 +1185,62 @@ def api_status(view: View, api: str) -> tuple[Status, str] | None:
 _installed: dict | None = None
 
 
+_WRAPPER = """\
+def {name}({params}):
+    if _trace.active:
+        _trace.note(api, how)
+    try:
+        return impl({args})
+    except UnsupportedError as exc:
+        if exc.function.startswith("torch."):
+            raise
+        raise UnsupportedError(api, exc.backend, exc.instead) from exc
+"""
+
+
 def _wrap(api: str, status_: Status, note: str, impl: Callable, name: str) -> Callable:
+    """``impl`` with a trace note and UnsupportedError renamed to ``api``.
+
+    The wrapper is generated with ``impl``'s own parameter list, so a call
+    forwards its arguments as they are (no ``*args``/``**kwargs`` packing: half
+    the cost of a generic wrapper) and ``inspect.signature`` shows the real one.
+    """
     how = f"{status_}: {note}" if note else str(status_)
-
-    @functools.wraps(impl)
-    def wrapper(*args, **kwargs):
-        if _trace.active:
-            _trace.note(api, how)
-        try:
-            return impl(*args, **kwargs)
-        except UnsupportedError as exc:
-            if exc.function.startswith("torch."):
-                raise
-            raise UnsupportedError(api, exc.backend, exc.instead) from exc
-
+    params, args, env = [], [], {}
+    kw_only_started = False
+    for i, p in enumerate(inspect.signature(impl).parameters.values()):
+        default = ""
+        if p.default is not p.empty:
+            env[f"_d{i}"] = p.default
+            default = f"=_d{i}"
+        if p.kind is p.VAR_POSITIONAL:
+            params.append(f"*{p.name}")
+            args.append(f"*{p.name}")
+            kw_only_started = True
+        elif p.kind is p.VAR_KEYWORD:
+            params.append(f"**{p.name}")
+            args.append(f"**{p.name}")
+        elif p.kind is p.KEYWORD_ONLY:
+            if not kw_only_started:
+                params.append("*")
+                kw_only_started = True
+            params.append(f"{p.name}{default}")
+            args.append(f"{p.name}={p.name}")
+        elif p.kind is p.POSITIONAL_ONLY:
+            params.append(f"{p.name}{default}")
+            args.append(p.name)
+        else:
+            params.append(f"{p.name}{default}")
+            args.append(p.name)
+    kinds = [p.kind for p in inspect.signature(impl).parameters.values()]
+    if inspect.Parameter.POSITIONAL_ONLY in kinds:
+        params.insert(max(i for i, k in enumerate(kinds) if k is inspect.Parameter.POSITIONAL_ONLY) + 1, "/")
+    env.update(_trace=_trace, api=api, how=how, impl=impl, UnsupportedError=UnsupportedError)
+    source = _WRAPPER.format(name=name, params=", ".join(params), args=", ".join(args))
+    # a file name inside this package: trace's call-site search skips the wrapper's frame
+    exec(compile(source, f"{__file__}<wrapper of {api}>", "exec"), env)  # noqa: S102
+    wrapper = env[name]
+    functools.update_wrapper(wrapper, impl)
     wrapper.__name__ = name
     wrapper.__qualname__ = name
     wrapper.__module__ = api.rpartition(".")[0]
@@ -1298,7 +1341,6 @@ def install(patcher, target) -> None:
         installed[ns] = objects
     if target.sources:
         _install_get_device_module(patcher, target, view)
-        _install_record_stream(patcher, view)
     _installed = installed
 
 
@@ -1308,32 +1350,13 @@ def _host_streams(view: View) -> bool:
 
 
 def record_stream_status(view: View) -> tuple[Status, str]:
-    """``Tensor.record_stream(s)`` for a stream of the backend ``view``."""
-    if _host_streams(view):
+    """``Tensor.record_stream(s)`` for a stream of the backend ``view`` (patched by :mod:`torchdevice.devices`)."""
+    if view.device_type == "cpu":
         return NOOP, (
-            "the {0} backend's streams are host-synchronous: work queued on one is complete when its call "
-            "returns, so the tensor's memory may be reused at once".format(view.name)
+            f"the {view.name} backend's tensors live in host memory and its streams are host-synchronous: work "
+            "queued on one is complete when its call returns, so the memory may be reused at once"
         )
     return NATIVE, "torch's own Tensor.record_stream with the backend's stream"
-
-
-def _install_record_stream(patcher, view: View) -> None:
-    """``tensor.record_stream(s)`` accepts a host-synchronous stream (``torch.cuda.Stream()`` on cpu/MLX)."""
-    if not _host_streams(view):
-        return
-    original = torch.Tensor.record_stream
-    api = "torch.Tensor.record_stream"
-    how = "{}: {}".format(*record_stream_status(view))
-
-    def record_stream(self, stream):
-        if isinstance(stream, HostStream):
-            if _trace.active:
-                _trace.note(api, how)
-            return None
-        return original(self, stream)
-
-    functools.update_wrapper(record_stream, original)
-    patcher.set(torch.Tensor, "record_stream", record_stream)
 
 
 def _install_get_device_module(patcher, target, view: View) -> None:
