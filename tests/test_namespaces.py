@@ -405,6 +405,17 @@ def test_unsupported_errors_name_function_backend_and_alternative(patched):
         assert str(info.value).startswith(f"{api} is not supported on torchdevice backend 'cpu'; instead: ")
 
 
+def test_unsupported_classes_raise_on_construction_and_keep_isinstance(patched):
+    for cls, api in ((torch.cuda.CUDAGraph, "torch.cuda.CUDAGraph"), (torch.cuda.graph, "torch.cuda.graph"),
+                     (torch.cuda.MemPool, "torch.cuda.MemPool"), (torch.cuda.ExternalStream, "torch.cuda.ExternalStream"),
+                     (torch.xpu.XPUGraph, "torch.xpu.XPUGraph")):
+        assert isinstance(cls, type) and not isinstance(object(), cls)
+        with pytest.raises(UnsupportedError) as info:
+            cls()
+        assert info.value.function == api and info.value.backend == "cpu" and info.value.instead
+    assert torch.cuda.graphs.CUDAGraph is torch.cuda.CUDAGraph
+
+
 def test_backend_flags_can_be_set(patched):
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
     saved = (cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, cudnn.enabled, matmul.allow_tf32,

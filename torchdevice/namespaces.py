@@ -38,6 +38,21 @@ from, so ``torchdevice matrix`` cannot disagree with what a call does.
     then ``is_available()`` is False and ``device_count()`` is 0, so programs
     take their CPU path. ``device_count()`` always agrees with ``is_available()``.
 
+Optional operations: a plugin gives functions that no base family carries a
+real answer by defining a tagged method of the same name on its Ops subclass
+(see :data:`OPTIONAL_OPS`): ``device_memory_used``, ``memory_usage``,
+``utilization``, ``temperature``, ``power_draw``, ``clock_rate``,
+``list_gpu_processes`` (``op(index)``), ``host_memory_stats``,
+``memory_snapshot``, ``get_allocator_backend`` (``op()``) on its MemoryOps,
+``can_device_access_peer`` (``op(index, peer_index)``) on its StreamOps.
+Without one they keep the behaviour declared here (mostly unsupported).
+
+Also fronted while translating: ``torch.get_device_module("cuda")`` returns
+the fronted ``torch.cuda`` (torch would resolve the string to the target's
+module, e.g. ``torch.cpu``, which lacks the RNG functions
+``torch.random.fork_rng`` needs), and ``torch.backends.mps.is_available()``
+answers like ``torch.mps.is_available()``.
+
 Costs: the backend's operations are resolved once per :func:`install` (the
 target is rebuilt and everything reinstalled when :func:`torchdevice.use`
 changes backend); a call is a closure over bound methods, with no pluggy hook
@@ -175,7 +190,7 @@ def when_op(family: str, op: str, expect: Status, then: tuple[Status, str], othe
     return rule
 
 
-def stream_class_rule(attr: str, method: str) -> Rule:
+def stream_class_rule(attr: str) -> Rule:
     """Status of the backend's ``Stream``/``Event`` class."""
 
     def rule(view: View, ns: str) -> tuple[Status, str]:
@@ -831,12 +846,12 @@ def _b_stream(fx, ns, name):
     return stream
 
 
-@_spec("Stream", stream_class_rule("Stream", "query"), kind="class")
+@_spec("Stream", stream_class_rule("Stream"), kind="class")
 def _b_stream_class(fx, ns, name):
     return fx.streams.Stream
 
 
-@_spec("Event", stream_class_rule("Event", "elapsed_time"), kind="class")
+@_spec("Event", stream_class_rule("Event"), kind="class")
 def _b_event_class(fx, ns, name):
     return fx.streams.Event
 
@@ -889,6 +904,15 @@ _unsupported("cudart", "the CUDA runtime exists only on NVIDIA GPUs; use torch.p
              "torch.cuda.synchronize()/Event for timing")
 _unsupported("current_blas_handle", "cuBLAS handles exist only on CUDA")
 _unsupported("compile_shader", "Metal shaders run only on MPS; write the kernel with torch operations")
+
+for _name in ("CUDAGraph", "XPUGraph", "MTIAGraph", "graph"):
+    SPECS[_name] = Spec(declared(UNSUPPORTED, "graphs do not exist on the {backend} backend; run the captured work "
+                                              "eagerly"), None, "class")
+for _name in ("MemPool", "CUDAPluggableAllocator", "XPUPluggableAllocator"):
+    SPECS[_name] = Spec(declared(UNSUPPORTED, "memory pools and pluggable allocators belong to the {ns} caching "
+                                              "allocator; allocate normally on the {backend} backend"), None, "class")
+SPECS["ExternalStream"] = Spec(declared(UNSUPPORTED, "external {ns} streams cannot be wrapped on the {backend} "
+                                                     "backend; create one with torch.{ns}.Stream()"), None, "class")
 
 
 @_spec("make_graphed_callables", declared(
@@ -1261,6 +1285,23 @@ def _raiser(api: str, backend: str, instead: str, name: str) -> Callable:
     return unsupported
 
 
+def _unsupported_class(api: str, backend: str, instead: str, name: str) -> type:
+    """A class standing in for an unsupported one: ``isinstance`` works (False), construction raises."""
+
+    def __init__(self, *args, **kwargs):
+        if _trace.active:
+            _trace.note(api, "unsupported")
+        raise UnsupportedError(api, backend, instead)
+
+    cls = type(name, (), {
+        "__init__": __init__,
+        "__doc__": f"Not supported on the {backend} backend: {instead}",
+        "__module__": api.rpartition(".")[0],
+        STATUS_ATTR: (UNSUPPORTED, instead),
+    })
+    return cls
+
+
 def _traced_class(cls: type, api: str, status_: Status, note: str) -> type:
     """Give a facade class a trace note at construction, without changing its identity."""
     init = cls.__init__
@@ -1286,6 +1327,8 @@ def _build(fx: _Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
     if status_ is UNSUPPORTED or spec.build is None:
         if spec.kind == "value":
             return None  # an unsupported value attribute is left as torch has it
+        if spec.kind == "class":
+            return _unsupported_class(api, view.name, note, name)
         return _raiser(api, view.name, note, name.rpartition(".")[2])
     built = spec.build(fx, ns, name.rpartition(".")[2])
     if spec.kind == "class":
