@@ -85,9 +85,25 @@ def _run(args, env=None, timeout=240) -> Result:
 
 
 def test_entry_point_is_registered():
-    eps = [ep for ep in entry_points(group="torch.backends") if ep.value == "torchdevice.autoload:hook"]
+    eps = [ep for ep in entry_points(group="torch.backends") if ep.value == "_torchdevice_autoload:hook"]
     assert eps, "pip install -e . registers the torch.backends entry point"
-    assert eps[0].load() is autoload.hook
+    import _torchdevice_autoload
+
+    assert eps[0].load() is _torchdevice_autoload.hook
+
+
+def test_import_torchdevice_first_still_activates():
+    # torchdevice importing torch runs the entry point while torchdevice is half-initialised
+    out = run_python(
+        "import torchdevice, torch; print(torchdevice.is_patched(), torch.zeros(1, device='cuda').device)",
+        env={"TORCHDEVICE_BACKEND": "cpu"},
+    )
+    assert out.stdout.split() == ["True", "cpu"], out.stderr
+
+
+def test_nothing_imported_when_not_asked():
+    out = run_python("import sys, torch; print(any(m.startswith('torchdevice') for m in sys.modules))")
+    assert out.stdout.strip() == "False", out.stderr
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +124,8 @@ def test_nothing_set_does_nothing(imports):
     r = imports["plain"]
     assert r.returncode == 0 and r.stderr == "", r
     state = _state(r)
-    assert state["outcome"].startswith("off") and not state["patched"] and not state["cuda_available"]
+    # the stdlib-only shim returns before torchdevice.autoload is even imported
+    assert state["outcome"] == "not run" and not state["patched"] and not state["cuda_available"]
 
 
 @pytest.mark.parametrize("key", ["backend", "auto"])

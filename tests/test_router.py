@@ -292,10 +292,6 @@ def test_misspelled_hookimpl_is_rejected_by_validation(router_state):
     assert torchdevice.current_backend()
 
 
-@pytest.mark.xfail(reason=(
-    "core bug: hooks run in pluggy's LIFO order, so a plugin registered later that declares an existing "
-    "name takes it over (and answers its firstresult hooks), although hookspecs.py says the later one is skipped"
-))
 def test_backend_declared_twice_is_a_reported_conflict(router_state):
     # the impostor's memory family raises: if the router used it for "cpu", resolving "cpu" would fail
     router_state.register(make_backend("cpu", 1_000_000, fail_in="memory"), name="impostor")
@@ -303,6 +299,9 @@ def test_backend_declared_twice_is_a_reported_conflict(router_state):
     assert record("cpu").plugin == "cpu"  # the built-in, registered first, keeps the name
     torchdevice.use("cpu")
     assert torchdevice.memory_allocated() > 0
+    torchdevice.use(None)
+    torchdevice.use("cpu")  # rediscovery must not repeat the problem
+    assert sum("already provided" in p.error for p in torchdevice.problems()) == 1
 
 
 # -- per-thread current device, on a fake two-device backend ------------------------------------

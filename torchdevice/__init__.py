@@ -104,3 +104,21 @@ __all__ = [
     "TorchDeviceError", "BackendNotFoundError", "BackendUnavailableError", "UnsupportedError",
     "InvalidDeviceError", "Stream", "Event", "patch", "unpatch", "patched", "is_patched", *_api_all,
 ]
+
+
+_ready = True  # zero-code activation waits for this when `import torchdevice` imported torch
+
+
+def _run_pending_autoload() -> None:
+    try:
+        import _torchdevice_autoload
+    except ImportError:  # running from a source tree without the entry-point shim
+        return
+    if _torchdevice_autoload.pending:
+        _torchdevice_autoload.pending = False
+        from . import autoload
+
+        autoload.hook()
+
+
+_run_pending_autoload()

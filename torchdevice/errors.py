@@ -47,7 +47,11 @@ class UnsupportedError(TorchDeviceError, NotImplementedError):
         super().__init__(msg)
 
 
-class InvalidDeviceError(torch.AcceleratorError, TorchDeviceError):
+# torch.AcceleratorError exists from torch 2.8; older torch raised a plain RuntimeError.
+_BASES = (torch.AcceleratorError, TorchDeviceError) if hasattr(torch, "AcceleratorError") else (TorchDeviceError,)
+
+
+class InvalidDeviceError(*_BASES):
     """A device index beyond the backend's device count.
 
     Subclasses ``torch.AcceleratorError`` (a ``RuntimeError``), the class CUDA

@@ -42,8 +42,8 @@ def torchdevice_backends():
     Called once per discovery, for every plugin. Returns a list of
     :class:`torchdevice.backend.BackendSpec` (name, torch device type, priority,
     description). All results are collected; the first result does not win.
-    Two plugins declaring the same name is reported as a conflict and the
-    later one is skipped.
+    Two plugins declaring the same name is reported as a conflict: the one
+    registered first keeps it, and the later one is never asked about it.
     """
 
 

@@ -52,10 +52,18 @@ plugin_info: dict[str, PluginInfo] = {}
 _loaded = False
 
 
-def _record(plugin: str, stage: str, exc: BaseException) -> None:
-    problems.append(
-        Problem(plugin, stage, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
-    )
+def report(problem: Problem) -> Problem:
+    """Record a problem once: rediscovery (after use()) meets the same failures again."""
+    for known in problems:
+        if (known.plugin, known.stage, known.error) == (problem.plugin, problem.stage, problem.error):
+            return known
+    problems.append(problem)
+    return problem
+
+
+def _record(plugin: str, stage: str, exc: BaseException) -> Problem:
+    error = f"{type(exc).__name__}: {exc}"
+    return report(Problem(plugin, stage, error, "".join(traceback.format_exception(exc))))
 
 
 def _env_names(var: str) -> set[str] | None:
@@ -125,26 +133,29 @@ def _changed() -> None:
     router.invalidate()
 
 
-def call_each(hook: str, errors: list | None = None, **kwargs):
+def call_each(hook: str, errors: list | None = None, skip=frozenset(), **kwargs):
     """Yield ``(plugin_name, result)`` for every implementation, in pluggy's call order.
 
-    An implementation that raises is recorded as a Problem (also appended to
-    ``errors`` when given) and skipped.
+    Plugins named in ``skip`` are not called. An implementation that raises
+    is recorded as a Problem (also appended to ``errors`` when given) and
+    skipped.
     """
     for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
+        if impl.plugin_name in skip:
+            continue
         try:
             result = impl.function(*[kwargs[arg] for arg in impl.argnames])
         except Exception as exc:
-            _record(impl.plugin_name, hook, exc)
+            problem = _record(impl.plugin_name, hook, exc)
             if errors is not None:
-                errors.append(problems[-1])
+                errors.append(problem)
             continue
         yield impl.plugin_name, result
 
 
-def call_first(hook: str, errors: list | None = None, **kwargs):
+def call_first(hook: str, errors: list | None = None, skip=frozenset(), **kwargs):
     """Return ``(plugin_name, result)`` of the first non-None result, or ``(None, None)``."""
-    for plugin, result in call_each(hook, errors, **kwargs):
+    for plugin, result in call_each(hook, errors, skip, **kwargs):
         if result is not None:
             return plugin, result
     return None, None

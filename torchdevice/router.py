@@ -77,7 +77,7 @@ class ActiveBackend:
         if props is None:
             errors: list = []
             _, props = plugins.call_first(
-                "torchdevice_device_properties", errors, name=self.name, index=index
+                "torchdevice_device_properties", errors, skip(self.name), name=self.name, index=index
             )
             if props is None:
                 why = f": {errors[0]}" if errors else ""
@@ -91,6 +91,12 @@ _records: dict[str, BackendRecord] | None = None
 _active: ActiveBackend | None = None
 _requested: str | None = None
 _listeners: list[Callable[[], None]] = []
+_shadowed: dict[str, set[str]] = {}  # backend name -> plugins whose duplicate declaration was skipped
+
+
+def skip(name: str) -> frozenset:
+    """Plugins not to ask about backend ``name`` (they declared it after its owner)."""
+    return frozenset(_shadowed.get(name, ()))
 
 
 def invalidate() -> None:
@@ -133,40 +139,47 @@ def discover() -> dict[str, BackendRecord]:
         plugins.load()
         overrides = _priority_overrides()
         records: dict[str, BackendRecord] = {}
-        for plugin, specs in plugins.call_each("torchdevice_backends"):
-            info = plugins.plugin_info.get(plugin) or plugins.PluginInfo(plugin, None, None)
+        # Registration order (the reverse of pluggy's call order): the first declaration of
+        # a name wins; later plugins declaring it are reported and never asked about it.
+        declared: dict[str, tuple[str, BackendSpec]] = {}
+        _shadowed.clear()
+        for plugin, specs in reversed(list(plugins.call_each("torchdevice_backends"))):
             for spec in specs or ():
                 if not isinstance(spec, BackendSpec):
-                    plugins.problems.append(
+                    plugins.report(
                         plugins.Problem(plugin, "torchdevice_backends", f"returned {spec!r}, not a BackendSpec")
                     )
-                    continue
-                if spec.name in records:
-                    plugins.problems.append(
+                elif spec.name in declared:
+                    _shadowed.setdefault(spec.name, set()).add(plugin)
+                    plugins.report(
                         plugins.Problem(
                             plugin,
                             "torchdevice_backends",
-                            f"backend {spec.name!r} is already provided by plugin {records[spec.name].plugin!r}",
+                            f"backend {spec.name!r} is already provided by plugin {declared[spec.name][0]!r}; "
+                            "this declaration is skipped",
                         )
                     )
-                    continue
-                errors: list = []
-                _, avail = plugins.call_first("torchdevice_availability", errors, name=spec.name)
-                if not isinstance(avail, Availability):
-                    why = str(errors[0]) if errors else f"availability hook returned {avail!r}"
-                    avail = Availability(False, why)
-                records[spec.name] = BackendRecord(
-                    name=spec.name,
-                    plugin=plugin,
-                    distribution=info.distribution,
-                    version=info.version,
-                    device_type=spec.device_type,
-                    priority=overrides.get(spec.name, spec.priority),
-                    available=avail.available,
-                    reason=avail.reason,
-                    automatic=avail.automatic,
-                    problems=[str(e) for e in errors],
-                )
+                else:
+                    declared[spec.name] = (plugin, spec)
+        for name, (plugin, spec) in declared.items():
+            info = plugins.plugin_info.get(plugin) or plugins.PluginInfo(plugin, None, None)
+            errors: list = []
+            _, avail = plugins.call_first("torchdevice_availability", errors, skip(name), name=name)
+            if not isinstance(avail, Availability):
+                why = str(errors[0]) if errors else f"availability hook returned {avail!r}"
+                avail = Availability(False, why)
+            records[name] = BackendRecord(
+                name=name,
+                plugin=plugin,
+                distribution=info.distribution,
+                version=info.version,
+                device_type=spec.device_type,
+                priority=overrides.get(name, spec.priority),
+                available=avail.available,
+                reason=avail.reason,
+                automatic=avail.automatic,
+                problems=[str(e) for e in errors],
+            )
         # plugins that never declared a backend because they broke: report them too
         failed = {"import": "failed to import", "validate": "failed validation",
                   "torchdevice_backends": "raised in torchdevice_backends"}
@@ -228,7 +241,7 @@ def _resolve(name: str) -> ActiveBackend:
     errors: list = []
     found = {}
     for hook in ("device_count", "memory", "streams", "rng", "collectives"):
-        _, found[hook] = plugins.call_first(f"torchdevice_{hook}", errors, name=name)
+        _, found[hook] = plugins.call_first(f"torchdevice_{hook}", errors, skip(name), name=name)
         if found[hook] is None:
             why = str(errors[-1]) if errors else "no plugin answered"
             raise BackendUnavailableError(name, f"torchdevice_{hook} failed: {why}", [])
