@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up from nothing and run the main job: a venv with torch==2.13.0, torchdevice, its five
-# plugins and mlx[cpu] (installed as a user would, not editable), then `torchdevice info` and a
-# CUDA-style training snippet on whatever backend torchdevice selects here.
+# plugins and mlx[cpu] (installed as a user would, not editable), then `torchdevice info` and
+# `torchdevice run examples/train_cuda.py` (a CUDA-written training script) on whatever backend
+# torchdevice selects here; on the CPU backend its numbers are compared with a hand port.
 #
 #   bash scripts/demo.sh
 #   TORCHDEVICE_BACKEND=mlx bash scripts/demo.sh      # any torchdevice variable applies
@@ -30,6 +31,13 @@ fi
 echo "== torchdevice info"
 "$venv/bin/torchdevice" info
 
-echo "== main job"
-# The main job is this one line (e.g. "$venv/bin/torchdevice" run examples/train_cuda.py).
-"$venv/bin/python" scripts/demo_cuda_style.py
+echo "== main job: a CUDA-written training script, unmodified, through torchdevice run"
+out="$(mktemp -d)"
+"$venv/bin/torchdevice" run examples/train_cuda.py --out "$out/translated.json"
+
+backend="$("$venv/bin/python" -c 'import torchdevice; print(torchdevice.current_backend())')"
+if [ "$backend" = cpu ]; then
+    echo "== the same program ported to the CPU by hand, for comparison"
+    "$venv/bin/python" examples/ported/train_cpu.py --out "$out/ported.json"
+    "$venv/bin/python" scripts/compare_runs.py "$out/translated.json" "$out/ported.json"
+fi
