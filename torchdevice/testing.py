@@ -51,7 +51,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import threading
 import types
 from dataclasses import dataclass, field
@@ -1073,6 +1072,13 @@ BEGIN = "<!-- BEGIN hook-reference: generated from torchdevice/hookspecs.py and 
 END = "<!-- END hook-reference -->"
 
 
+def _markdown(doc: str | None) -> str:
+    """A reST docstring as Markdown: roles and double backquotes become code spans."""
+    text = inspect.cleandoc(doc or "")
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
 def hook_reference_markdown() -> str:
     """The hook reference (hookspec signatures and docstrings, and each family's operations) as Markdown."""
     lines = []
@@ -1084,8 +1090,7 @@ def hook_reference_markdown() -> str:
     for name, fn in hooks:
         opts = getattr(fn, f"{hookspecs.PROJECT}_spec", {}) or {}
         kind = "first result wins" if opts.get("firstresult") else "all results collected"
-        lines += [f"### `{name}{inspect.signature(fn)}`", "", f"*{kind}*", "",
-                  textwrap.dedent(fn.__doc__ or "").strip(), ""]
+        lines += [f"### `{name}{inspect.signature(fn)}`", "", f"*{kind}*", "", _markdown(fn.__doc__), ""]
     lines += ["### Operations of each family", ""]
     for family, cls in FAMILIES.items():
         ops = ", ".join(f"`{op}`" for op in cls.operations())
