@@ -317,3 +317,16 @@ def test_plain_torch_state_restores_torch_only(on_mlx, keep_rng):
 def test_collectives_are_host_collectives(on_mlx):
     assert isinstance(on_mlx.collectives, DeviceComm)
     assert (on_mlx.collectives.dist_backend, on_mlx.collectives.device_type) == ("gloo", "cpu")
+
+
+def test_collectives_expose_mlx_engine_for_torch_tensors(on_mlx):
+    import torchdevice_mlx.distributed as mdist
+
+    engine = on_mlx.collectives.mx_distributed
+    assert engine is mdist
+    # not launched by mlx.launch: a non-strict init gives a real world of one process
+    engine.init(strict=False)
+    t = torch.arange(4, dtype=torch.float32)
+    engine.all_reduce(t, "sum")
+    assert torch.equal(t, torch.arange(4, dtype=torch.float32))
+    assert engine.get_world_size() == 1 and engine.get_rank() == 0

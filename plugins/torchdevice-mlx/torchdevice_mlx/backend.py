@@ -63,8 +63,11 @@ RNG
 
 Collectives
   ``torch.cuda.comm``'s six with torch operations on host tensors
-  (:class:`torchdevice.comm.DeviceComm`); ``gloo`` across processes: the
-  tensors are host tensors.
+  (:class:`torchdevice.comm.DeviceComm`); ``gloo`` across processes for
+  ``torch.distributed`` programs: the tensors are host tensors. MLX's own
+  collectives of torch tensors (``mx.distributed``, ring/MPI/JACCL, started by
+  ``mlx.launch``) are :mod:`torchdevice_mlx.distributed`, also reachable as
+  the collectives object's ``mx_distributed``.
 """
 from __future__ import annotations
 
@@ -360,7 +363,19 @@ class MLXRNG(CPURNG):
 
 class MLXCollectives(CPUCollectives):
     """Host tensors, as on the CPU backend: ``torch.cuda.comm``'s six with torch operations on
-    ``cpu`` (:class:`torchdevice.comm.DeviceComm`), ``gloo`` across processes."""
+    ``cpu`` (:class:`torchdevice.comm.DeviceComm`), ``gloo`` across processes.
+
+    :attr:`mx_distributed` is MLX's own engine for torch tensors
+    (:mod:`torchdevice_mlx.distributed`, over ``mx.distributed``; launch with
+    ``mlx.launch``): ``torchdevice.router.active().collectives.mx_distributed.all_reduce(t)``.
+    """
+
+    @property
+    def mx_distributed(self):
+        """The :mod:`torchdevice_mlx.distributed` module (imported on first use)."""
+        from . import distributed
+
+        return distributed
 
 
 # -- the backend ------------------------------------------------------------------------------
