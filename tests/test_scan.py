@@ -6,6 +6,7 @@ kept) before scanning, so a marker's own words cannot make a line match.
 """
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -348,6 +349,25 @@ def test_cli_usage_errors_and_forced_colour(capsys):
     capsys.readouterr()
     assert cli.main(["scan", str(FIXTURES / "project"), "--color", "always"]) == 0
     assert "\033[1m" in capsys.readouterr().out
+    assert cli.main(["scan", str(FIXTURES / "project"), "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "train.py:5:5" not in out and "5 use(s) of 5 API(s)" in out and "torch.cuda.synchronize" in out
+
+
+def test_a_scanner_bug_costs_one_file(tmp_path, monkeypatch):
+    (tmp_path / "a.py").write_text("import torch\ntorch.cuda.synchronize()\n")
+    (tmp_path / "b.py").write_text("import torch\ntorch.cuda.empty_cache()\n")
+    real = scan._Analyzer.visit_module
+
+    def flaky(self, tree):
+        if any(isinstance(n, ast.Attribute) and n.attr == "empty_cache" for n in ast.walk(tree)):
+            raise KeyError("boom")
+        return real(self, tree)
+
+    monkeypatch.setattr(scan._Analyzer, "visit_module", flaky)
+    report = scan_paths([str(tmp_path)], None, jobs=1, lookup=_no_status)
+    assert [u.api for u in report.uses] == ["torch.cuda.synchronize"]
+    assert [(Path(e.path).name, e.kind) for e in report.errors] == [("b.py", "internal")]
 
 
 def test_colour_rules(monkeypatch):

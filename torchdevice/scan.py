@@ -23,7 +23,8 @@ What is reported (``kind`` in parentheses; ``api`` is the name reported)
   (``torch.cuda.get_device_properties(0).total_memory`` reports
   ``torch.cuda.get_device_properties``). Aliases are resolved from imports
   (``import torch as th``, ``import torch.cuda as tc``, ``from torch import cuda``,
-  ``from torch.cuda import synchronize``, ``from torch.cuda.amp import autocast``),
+  ``from torch.cuda import synchronize``, ``from torch.cuda.amp import autocast``;
+  an import itself is not a use, the names it binds are),
   from plain assignments of such chains (``amp = torch.cuda.amp``) and from
   ``getattr``/``hasattr``/``setattr`` with a literal name (``getattr(torch, "mps")``).
   The name ``torch`` means torch unless something else is bound to it; a name
@@ -181,7 +182,7 @@ class ScanError:
     path: str
     line: int | None
     message: str
-    kind: str  #: "syntax" (cannot be parsed) or "read" (cannot be read)
+    kind: str  #: "syntax" (cannot be parsed), "read" (cannot be read), "internal" (a scanner bug)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -272,9 +273,18 @@ def _ignore(node: ast.AST) -> None:
     pass
 
 
+_ACCEL_CACHE: dict[str, bool] = {}
+
+
 def _accel_chain(chain: str) -> bool:
-    parts = chain.split(".")
-    return parts[0] == "torch" and any(_COMPONENT_RE.search(p) for p in parts[1:])
+    """Whether a resolved dotted name is accelerator-specific (see the module doc)."""
+    hit = _ACCEL_CACHE.get(chain)
+    if hit is None:
+        parts = chain.split(".")
+        hit = parts[0] == "torch" and any(_COMPONENT_RE.search(p) for p in parts[1:])
+        if len(_ACCEL_CACHE) < 100_000:
+            _ACCEL_CACHE[chain] = hit
+    return hit
 
 
 def _pseudo(chain: str) -> str:
@@ -296,6 +306,7 @@ _COMPOUND = tuple(
     getattr(ast, name) for name in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
     if hasattr(ast, name)
 )
+_HOT_STR = re.compile(_HOT.pattern.decode())
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
 
 
@@ -415,12 +426,28 @@ class _Analyzer:
         }
 
     def _hot_lines(self, data: bytes) -> list[int]:
-        starts = [m.end() for m in _NEWLINE.finditer(data)]
-        lines = {bisect.bisect_right(starts, m.start()) + 1 for m in _HOT.finditer(data)}
-        words = [w for w in self._alias_words if not _HOT.search(w.encode())]
+        if b"\r" in data:  # count lines as the parser does
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        patterns = [_HOT]
+        words = [w for w in self._alias_words if not _HOT_STR.search(w)]
         if words:
-            pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(w.encode()) for w in words) + rb")\b")
-            lines.update(bisect.bisect_right(starts, m.start()) + 1 for m in pattern.finditer(data))
+            patterns.append(re.compile(rb"\b(?:" + b"|".join(re.escape(w.encode()) for w in words) + rb")\b"))
+        lines: set[int] = set()
+        for pattern in patterns:
+            pos = last = 0
+            line = 1
+            while True:  # one step per hot line, not per match
+                m = pattern.search(data, pos)
+                if m is None:
+                    break
+                start = m.start()
+                line += data.count(b"\n", last, start)
+                lines.add(line)
+                end = data.find(b"\n", start)
+                if end < 0:
+                    break
+                pos = last = end + 1
+                line += 1
         return sorted(lines)
 
     # -- bindings ---------------------------------------------------------------
@@ -501,7 +528,7 @@ class _Analyzer:
             changed = False
             for name, text in simple:
                 if name not in self._alias_words and (
-                    _HOT.search(text.encode()) or text.partition(".")[0] in self._alias_words
+                    _HOT_STR.search(text) or text.partition(".")[0] in self._alias_words
                 ):
                     self._alias_words.add(name)
                     changed = True
@@ -807,6 +834,8 @@ def _analyze(data: bytes, filename: str) -> tuple[list[tuple], ScanError | None]
         analyzer.visit_module(tree)
     except RecursionError as exc:
         return [], ScanError(filename, None, f"RecursionError: {exc} (nesting too deep to analyse)", "syntax")
+    except Exception as exc:  # a scanner bug must cost one file, visibly, not the whole tree
+        return [], ScanError(filename, None, f"internal error: {type(exc).__name__}: {exc}", "internal")
     if not analyzer.found:
         return [], None
     lines = _NEWLINE.split(data)
@@ -965,7 +994,10 @@ def scan_paths(
     total = len(files)
     report = ScanReport(paths=list(paths), backend=backend, files_scanned=total)
     if jobs is None:
-        jobs = os.cpu_count() or 1
+        try:
+            jobs = len(os.sched_getaffinity(0))  # the CPUs this process may use (containers, taskset)
+        except (AttributeError, OSError):
+            jobs = os.cpu_count() or 1
     jobs = max(1, min(jobs, 32, total // 64 or 1))
     results: list[tuple[str, list[tuple], ScanError | None]] = []
     if progress:
@@ -1051,12 +1083,13 @@ def use_colour(stream, mode: str = "auto") -> bool:
         return False
 
 
-def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25, note_width: int = 100) -> str:
-    """The terminal report: uses grouped by file, unscannable files, then the summary by status and API."""
+def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25, note_width: int = 100,
+                uses: bool = True) -> str:
+    """The terminal report: uses grouped by file (unless ``uses`` is false), unscannable files, the summary."""
     paint = _Paint(colour)
     out: list[str] = []
     by_file: dict[str, list[Use]] = {}
-    for u in report.uses:
+    for u in report.uses if uses else ():
         by_file.setdefault(u.path, []).append(u)
     status_w = max((len(u.status) for u in report.uses), default=7)
     for path, uses in by_file.items():
@@ -1154,6 +1187,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fail-on", metavar="STATUS[,STATUS]",
                         help="exit 1 if any use has one of these statuses or a worse one "
                              f"({' < '.join(SEVERITY)}; 'unknown' and 'error' match only themselves)")
+    parser.add_argument("--summary", action="store_true",
+                        help="text format: print only the files that could not be scanned and the summary")
     parser.add_argument("--color", "--colour", dest="color", choices=("auto", "always", "never"), default="auto",
                         help="colour the text output (auto: when stdout is a TTY and NO_COLOR is unset)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -1218,7 +1253,7 @@ def run(args) -> int:
     elif args.format == "plain":
         text = render_plain(report)
     else:
-        text = render_text(report, colour=use_colour(sys.stdout, args.color))
+        text = render_text(report, colour=use_colour(sys.stdout, args.color), uses=not args.summary)
     try:
         if text:
             print(text, flush=True)
