@@ -335,15 +335,21 @@ def _stored_names(target: ast.AST) -> Iterator[str]:
             stack.append(node.value)
 
 
-def _chain_text(node: ast.AST) -> str | None:
-    """``a.b.c`` for a Name/Attribute chain, else None."""
+def _chain_parts(node: ast.AST) -> tuple[ast.Name, list[str]] | None:
+    """``(Name a, ["b", "c"])`` for a Name/Attribute chain ``a.b.c``, else None."""
     attrs = []
     while isinstance(node, ast.Attribute):
         attrs.append(node.attr)
         node = node.value
     if not isinstance(node, ast.Name):
         return None
-    return ".".join([node.id, *reversed(attrs)])
+    return node, attrs[::-1]
+
+
+def _chain_text(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts = _chain_parts(node)
+    return None if parts is None else ".".join([parts[0].id, *parts[1]])
 
 
 def _local_names(fn: ast.AST) -> dict[str, list[tuple[int, ast.AST | None]]]:
@@ -585,18 +591,14 @@ class _Analyzer:
     # -- resolution ---------------------------------------------------------------
     def resolve(self, node: ast.AST, before: int | None = None) -> str | None:
         """Canonical dotted name of a Name/Attribute chain rooted at a torch alias, else None."""
-        attrs = []
-        while isinstance(node, ast.Attribute):
-            attrs.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
+        parts = _chain_parts(node)
+        if parts is None:
             return None
-        base = self._binding(node.id, node.lineno if before is None else before)
+        root, attrs = parts
+        base = self._binding(root.id, root.lineno if before is None else before)
         if base is None:
             return None
-        if attrs:
-            return ".".join([base, *reversed(attrs)])
-        return base
+        return ".".join([base, *attrs])
 
     def report(self, node: ast.AST, api: str, kind: str, context: str = "", detail: str = "") -> None:
         self.found.append((node.lineno, node.col_offset, api, kind, context, detail))
