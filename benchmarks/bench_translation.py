@@ -2,8 +2,9 @@
 
 Each case times a translated call (``device="cuda"`` under ``torchdevice.patch()``)
 against the native call a CPU port would make (``device="cpu"``, unpatched), in
-one interleaved run: rounds alternate patched/unpatched so drift hits both
-sides alike; each side keeps its best round. Run::
+one interleaved run: each round times both sides, alternating which goes first,
+so drift hits both alike; each side keeps its best round. ``t + t`` runs the
+same code on both sides: its ratio shows the measurement noise. Run::
 
     python benchmarks/bench_translation.py [--rounds 40] [--number 20000] [--json FILE]
 
@@ -33,8 +34,9 @@ def measure(rounds: int, number: int) -> list[dict]:
     t = torch.ones(16)
     env = {"torch": torch, "t": t}
     best = {(name, side): float("inf") for name, *_ in CASES for side in ("native", "translated")}
-    for _ in range(rounds):
-        for side in ("native", "translated"):
+    for round_ in range(rounds):
+        # alternate which side goes first, so drift within a round hits both alike
+        for side in ("native", "translated") if round_ % 2 == 0 else ("translated", "native"):
             if side == "translated":
                 torchdevice.patch()
             try:
