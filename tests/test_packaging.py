@@ -171,6 +171,18 @@ def test_fresh_venv_uses_the_built_wheels(venv):
         assert Path(path).resolve().is_relative_to(venv.parent.resolve()), f"{path} is not in the fresh venv"
 
 
+def test_zero_code_activation_from_the_installed_wheel(venv):
+    code = ("import sys, torch; print(torch.zeros(1, device='cuda').device, "
+            "any(m.startswith('torchdevice') for m in sys.modules))")
+    on = _run([venv / "python", "-c", code], env=_clean_env(TORCHDEVICE_BACKEND="cpu"), cwd=venv)
+    assert on.stdout.split() == ["cpu", "True"], on.stderr
+    # not asked: the torch.backends entry point imports nothing, and "cuda" stays torch's own
+    off = _run([venv / "python", "-c",
+                "import sys, torch; print(any(m.startswith('torchdevice') for m in sys.modules))"],
+               env=_clean_env(), cwd=venv)
+    assert off.stdout.strip() == "False", off.stderr
+
+
 def test_info_lists_mlx_through_its_entry_point(venv):
     info = _info(venv)
     mlx = _record(info, "mlx")
