@@ -541,3 +541,31 @@ def test_plugins_env_loads_only_the_named_entry_points(runs):
     assert set(by_name(step["backends"])) == {"fastchip", "cpu"}  # cpu is built in and always there
     assert step["problems"] == []
     assert step["current"] == "fastchip"
+
+
+# -- hostile plugins ---------------------------------------------------------------------------
+
+
+def test_hook_returning_the_wrong_type_is_reported_and_skipped(router_state):
+    liar = make_backend("liar", top_priority() + 10)
+    liar.memory = lambda: "plenty"  # not a MemoryOps: the API would fail later, far from the cause
+    router_state.register(liar, name="liar")
+    assert torchdevice.current_backend() != "liar"  # automatic selection falls back
+    assert any(p.plugin == "liar" and "not a MemoryOps" in p.error for p in torchdevice.problems())
+    assert "not a MemoryOps" in record("liar").reason and not record("liar").available
+    with pytest.raises(torchdevice.BackendUnavailableError, match="not a MemoryOps"):
+        torchdevice.use("liar")
+        torchdevice.current_backend()
+
+
+def test_plugin_calling_sys_exit_in_a_hook_does_not_end_the_process(router_state):
+    quitter = make_backend("quitter", top_priority() + 10)
+
+    def leave():
+        raise SystemExit(3)
+
+    quitter.availability = leave
+    router_state.register(quitter, name="quitter")
+    assert not record("quitter").available
+    assert torchdevice.current_backend() != "quitter"
+    assert any(p.plugin == "quitter" and "SystemExit" in p.error for p in torchdevice.problems())

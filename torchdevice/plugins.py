@@ -97,7 +97,7 @@ def load() -> None:
             plugin = ep.load()
             stage = "validate"  # e.g. a misspelled hookimpl, caught by check_pending()
             register(plugin, name=ep.name, info=info, notify=False)
-        except Exception as exc:  # a broken plugin is reported, never fatal
+        except (Exception, SystemExit) as exc:  # a broken (or exiting) plugin is reported, never fatal
             plugin_info[ep.name] = info
             _record(ep.name, stage, exc)
 
@@ -145,7 +145,7 @@ def call_each(hook: str, errors: list | None = None, skip=frozenset(), **kwargs)
             continue
         try:
             result = impl.function(*[kwargs[arg] for arg in impl.argnames])
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             problem = _record(impl.plugin_name, hook, exc)
             if errors is not None:
                 errors.append(problem)

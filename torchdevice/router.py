@@ -237,14 +237,22 @@ def _candidates() -> list[tuple[str, str]]:
     return [(r.name, "priority") for r in ranked]
 
 
+_EXPECTED = {"device_count": int, "memory": MemoryOps, "streams": StreamOps, "rng": RNGOps,
+             "collectives": CollectiveOps}
+
+
 def _resolve(name: str) -> ActiveBackend:
     errors: list = []
     found = {}
-    for hook in ("device_count", "memory", "streams", "rng", "collectives"):
-        _, found[hook] = plugins.call_first(f"torchdevice_{hook}", errors, skip(name), name=name)
+    for hook, expected in _EXPECTED.items():
+        plugin, found[hook] = plugins.call_first(f"torchdevice_{hook}", errors, skip(name), name=name)
         if found[hook] is None:
             why = str(errors[-1]) if errors else "no plugin answered"
             raise BackendUnavailableError(name, f"torchdevice_{hook} failed: {why}", [])
+        if not isinstance(found[hook], expected) or isinstance(found[hook], bool):
+            why = f"returned {found[hook]!r}, not a {expected.__name__}"
+            plugins.report(plugins.Problem(plugin, f"torchdevice_{hook}", why))
+            raise BackendUnavailableError(name, f"torchdevice_{hook} of plugin {plugin!r} {why}", [])
     record = discover()[name]
     spec = BackendSpec(name, record.device_type, record.priority)
     return ActiveBackend(spec, int(found["device_count"]), found["memory"], found["streams"], found["rng"], found["collectives"])
