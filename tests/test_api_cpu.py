@@ -358,3 +358,10 @@ class TestRNG:
             torchdevice.set_rng_state([1, 2, 3])
         with pytest.raises(RuntimeError):
             torchdevice.set_rng_state(torch.zeros(3, dtype=torch.uint8))  # torch's own size check
+
+
+def test_stream_priorities_clamp_into_the_host_range(on_cpu):
+    # CUDA clamps a priority into Stream.priority_range(); a host backend has the one level 0
+    assert torchdevice.Stream.priority_range() == (0, 0)
+    assert torchdevice.Stream(priority=-3).priority == 0
+    assert torchdevice.Stream(priority=5).priority == 0

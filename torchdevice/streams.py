@@ -121,12 +121,23 @@ class HostStream:
             host_device_count() if self.device_count is None else self.device_count,
             self.backend,
         )
-        self.priority = priority
+        # CUDA clamps priorities into priority_range(); a host backend has one level only
+        lo, hi = self.priority_range()
+        self.priority = min(max(int(priority), hi), lo)
         self._saved: list = []
 
     @property
     def device(self):
         return _DeviceClass(self.device_type, self.device_index)
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """``(least, greatest)`` priority, as ``torch.cuda.Stream.priority_range()``: ``(0, 0)``.
+
+        Work on a host-synchronous backend runs when it is issued, so stream
+        priorities cannot reorder it: there is one level.
+        """
+        return (0, 0)
 
     @emulated("work is complete when its call returns: always True")
     def query(self) -> bool:
