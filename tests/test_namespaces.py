@@ -511,3 +511,16 @@ def test_switching_backend_reinstalls(on_cpu):
         assert torch.cuda.Stream is cpu_stream
     finally:
         translate.unpatch()
+
+
+def test_device_context_accepts_device_strings():
+    # torch.cuda.device("cuda:0") takes strings as CUDA does (a str has an .index method: not a device index)
+    torchdevice.use("cpu")
+    try:
+        with torchdevice.patched():
+            with torch.cuda.device("cuda:0"):
+                assert torch.cuda.current_device() == 0
+            with torch.cuda.device(torch.device("cuda", 0)):
+                assert torch.cuda.current_device() == 0
+    finally:
+        torchdevice.use(None)

@@ -75,7 +75,7 @@ from . import router
 from . import trace as _trace
 from .backend import STATUS_ATTR, Status, status_of
 from .errors import InvalidDeviceError, UnsupportedError
-from .streams import HostEvent, HostStream, parse_index
+from .streams import HostEvent, HostStream, index_in, parse_index
 
 NATIVE, TRANSLATED, EMULATED, NOOP, UNSUPPORTED = (
     Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, Status.UNSUPPORTED,
@@ -347,8 +347,8 @@ def _optional_index(fx: _Facade, device) -> int:
     if isinstance(device, int) and not isinstance(device, bool):
         return device
     if isinstance(device, str) or isinstance(device, _DeviceClass) or hasattr(device, "index"):
-        dev = device if hasattr(device, "index") else _DeviceClass(device)
-        return fx.current() if dev.index is None else dev.index
+        named = index_in(device)
+        return fx.current() if named is None else named
     raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device!r}")
 
 

@@ -50,6 +50,15 @@ def host_device_count() -> int:
         return 1
 
 
+def index_in(device) -> int | None:
+    """The index a str/``torch.device``-like names (``"cuda:1"`` -> 1, ``"cuda"`` -> None).
+
+    A malformed string raises torch's own ``RuntimeError`` naming it.
+    """
+    dev = _DeviceClass(device) if isinstance(device, str) else device  # (str has an .index method)
+    return dev.index
+
+
 def parse_index(device, current: int, count: int, backend: str) -> int:
     """Turn ``None``/int/str/``torch.device`` into a valid device index of ``backend``.
 
@@ -64,8 +73,8 @@ def parse_index(device, current: int, count: int, backend: str) -> int:
     elif isinstance(device, int):
         index = current if device < 0 else device
     elif isinstance(device, (str, _DeviceClass)) or hasattr(device, "index"):
-        dev = _DeviceClass(device) if isinstance(device, str) else device  # (str has an .index method)
-        index = current if dev.index is None else dev.index
+        named = index_in(device)
+        index = current if named is None else named
     else:
         raise TypeError(
             f"expected a device index, str or torch.device, got {type(device).__name__} {device!r}"
