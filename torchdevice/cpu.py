@@ -36,11 +36,9 @@ import torch
 from .backend import (
     Availability,
     Backend,
-    CollectiveOps,
     DeviceProperties,
     MemoryOps,
     RNGOps,
-    emulated,
     native,
     noop,
     translated,

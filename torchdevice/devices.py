@@ -425,7 +425,6 @@ def install(patcher, target) -> None:
 
 def uninstall() -> None:
     """Undo what :func:`install` did outside attributes (the copyreg entry)."""
-    global _target
     if _saved_pickler is None:
         copyreg.dispatch_table.pop(_Device, None)
     else:

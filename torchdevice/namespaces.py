@@ -64,7 +64,6 @@ import functools
 import importlib
 import inspect
 import threading
-import typing
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable

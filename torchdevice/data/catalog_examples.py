@@ -23,8 +23,6 @@ their arguments.
 """
 from __future__ import annotations
 
-import functools
-import typing
 from types import ModuleType
 from typing import Any, Callable
 
