@@ -61,6 +61,7 @@ and no lookup. Each call does ``if trace.active: trace.note("torch.cuda.X", how)
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 import importlib
 import inspect
 import threading
@@ -1024,7 +1025,34 @@ def _b_set_rng_state_all(fx, ns, name):
 
 @_spec("default_generators", op_rule("rng", "default_generator", how="each device's default generator"), kind="value")
 def _b_default_generators(fx, ns, name):
-    return tuple(fx.rng.default_generator(i) for i in range(fx.count))
+    return _DeviceGenerators(fx.rng.default_generator, fx.count)
+
+
+class _DeviceGenerators(Sequence):
+    """Each device's default generator, looked up when asked: a device namespace fills its
+    own tuple only when the device initialises (torch.cuda's is empty until then)."""
+
+    def __init__(self, get: Callable[[int], Any], count: int):
+        self._get, self._count = get, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self._get(i) for i in range(self._count)[index])
+        return self._get(range(self._count)[index])
+
+    def __iter__(self):
+        return (self._get(i) for i in range(self._count))  # errors propagate (Sequence's would stop)
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable view, like a list
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
 
 
 # ---- nvtx (torch.cuda.nvtx) ----
@@ -1357,7 +1385,10 @@ def install(patcher, target) -> None:
         for name in order:
             if name not in _ORIGINAL_NAMES[ns]:
                 continue
-            obj = _build(fx, view, ns, name, SPECS[name])
+            # The target's own namespace (cuda on CUDA): torch rewrites value attributes such as
+            # default_generators when the device initialises, so they stay torch's own.
+            native_value = SPECS[name].kind == "value" and getattr(getattr(active.rng, "ns", None), "module", None) is module
+            obj = None if native_value else _build(fx, view, ns, name, SPECS[name])
             fx.state[f"{ns}.{name}"] = obj if obj is not None else getattr(module, name, None)
             if obj is not None:
                 objects[name] = obj

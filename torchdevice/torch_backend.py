@@ -313,7 +313,14 @@ class TorchRNG(TorchOps, RNGOps):
     @uses("default_generators")
     @translated("<namespace>.default_generators[index]")
     def default_generator(self, index: int):
-        return self.ns.default_generators[index]
+        # Read live, not from the view's snapshot: torch.cuda's tuple is empty until CUDA
+        # initialises, and its own functions (manual_seed ...) initialise it the same way.
+        module = self.ns.module
+        generators = module.default_generators
+        if index >= len(generators) and hasattr(module, "_lazy_init"):
+            module._lazy_init()
+            generators = module.default_generators
+        return generators[index]
 
 
 class TorchCollectives(DeviceComm):
