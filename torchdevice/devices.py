@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import copyreg
 import functools
+import operator
 import os
 import sys
 
 import torch
 import torch.nn
+import torch.utils._device
 import torch.utils.data
 
 from . import trace
@@ -62,6 +64,9 @@ FACTORIES = (
 )
 TENSOR_NEW = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
 
+# Caches hold and are asked only for arguments of these exact types: 1 == 1.0 == True ==
+# np.int64(1) hash alike, so a value-keyed lookup of another type would get another's answer.
+_CACHEABLE = frozenset({str, int, _Device})
 _cache: dict = {}  # device argument -> mapped real torch.device (or the argument itself)
 _device_cache: dict = {}  # torch.device(arg) -> the real torch.device it returns
 _translated: set = set()  # keys of _cache that were source devices (for tracing)
@@ -82,17 +87,39 @@ def _mapped_index(index):
     return _Device(t.device_type) if index is None else _Device(t.device_type, index)
 
 
+def _ordinal(device):
+    """``device`` as a bare device ordinal (int, IntEnum, numpy integer), else None.
+
+    bool, float and tensors are not ordinals: torch rejects them (TypeError) or reads them
+    as something else, so they are left to torch.
+    """
+    cls = type(device)
+    if cls is bool or cls.__name__ == "bool_" or isinstance(device, torch.Tensor):
+        return None
+    try:
+        return operator.index(device)
+    except TypeError:
+        return None
+
+
+def _map_ordinal(index: int):
+    if index < 0:
+        raise RuntimeError(f"Device index must not be negative, got {index}")  # as torch says
+    if index >= 2**63:
+        return _Device("cpu", index)  # torch's own overflow error
+    return _mapped_index(index)  # a bare ordinal means the accelerator's
+
+
 def _compute(device):
     if isinstance(device, _Device):
         real = device
-    elif isinstance(device, str):
-        real = _Device(device)
-    elif isinstance(device, int) and not isinstance(device, bool):
-        if device < 0:
-            raise ValueError(f"device index must be non-negative, got {device}")
-        return _mapped_index(device), True  # a bare ordinal means the accelerator's
+    elif isinstance(device, (str, bytes)):
+        real = _Device(device.decode() if isinstance(device, bytes) else str.__str__(device))
     else:
-        return device, False  # not a device argument we know: leave it to torch
+        index = _ordinal(device)
+        if index is None:
+            return device, False  # not a device argument we know: leave it to torch
+        return _map_ordinal(index), True
     if real.type in _target.sources:
         return _mapped_index(real.index), True
     return real if isinstance(device, _Device) else device, False
@@ -100,14 +127,14 @@ def _compute(device):
 
 def map_device(device):
     """Return ``device`` translated for the current target (unchanged when not a source device)."""
-    try:
-        return _cache[device]
-    except KeyError:
-        pass
-    except TypeError:  # unhashable: not a device
-        return device
+    cacheable = type(device) in _CACHEABLE
+    if cacheable:
+        try:
+            return _cache[device]
+        except KeyError:
+            pass
     mapped, translated = _compute(device)
-    if len(_cache) < 4096:
+    if cacheable and len(_cache) < 4096:
         _cache[device] = mapped
         if translated:
             _translated.add(device)
@@ -151,26 +178,32 @@ class _ProxyMeta(type):
 
 class _DeviceMeta(_ProxyMeta):
     def __call__(cls, *args, **kwargs):
-        if not kwargs and len(args) == 1:
+        single = not kwargs and len(args) == 1
+        if single and type(args[0]) in _CACHEABLE:
             try:
                 result = _device_cache[args[0]]
-            except (KeyError, TypeError):
+            except KeyError:
                 pass
             else:
                 if trace.active:
                     _note(args[0], "torch.device")
                 return result
+        if single and _ordinal(args[0]) is not None:
+            # torch.device(0) / torch.device(local_rank): the accelerator's ordinal
+            if trace.active:
+                trace.note("torch.device", "translated")
+            real = _map_ordinal(_ordinal(args[0]))
+            if type(args[0]) is int and len(_device_cache) < 4096:
+                _device_cache[args[0]] = real
+            return real
         real = _Device(*args, **kwargs)
         translated = real.type in _target.sources
         if translated:
             if trace.active:
                 trace.note("torch.device", "translated")
             real = _mapped_index(real.index)
-        if not kwargs and len(args) == 1 and len(_device_cache) < 4096:
-            try:
-                _device_cache[args[0]] = real
-            except TypeError:
-                pass
+        if single and type(args[0]) in _CACHEABLE and len(_device_cache) < 4096:
+            _device_cache[args[0]] = real
         return real
 
 
@@ -208,15 +241,18 @@ def _reduce_device(dev):
 
 
 def _factory(fn, api):
-    cache = _cache
+    cache, cacheable = _cache, _CACHEABLE
 
     @functools.wraps(fn)
     def factory(*args, **kwargs):
         dev = kwargs.get("device")
         if dev is not None:
-            try:
-                kwargs["device"] = cache[dev]
-            except (KeyError, TypeError):
+            if dev.__class__ in cacheable:
+                try:
+                    kwargs["device"] = cache[dev]
+                except KeyError:
+                    kwargs["device"] = map_device(dev)
+            else:
                 kwargs["device"] = map_device(dev)
             if trace.active:
                 _note(dev, api)
@@ -240,10 +276,14 @@ def _positional_device(fn, api):
                     mapped = cache[first]
                 except KeyError:
                     mapped = map_device(first)
-                if mapped is not first:
-                    args = (mapped, *args[1:])
-                    if trace.active:
-                        _note(first, api)
+            elif isinstance(first, (str, bytes)) or _ordinal(first) is not None:
+                mapped = map_device(first)  # str/int subclasses (enums), numpy scalars, bytes
+            else:
+                mapped = first  # a dtype, a tensor, or a type torch rejects itself
+            if mapped is not first:
+                args = (mapped, *args[1:])
+                if trace.active:
+                    _note(first, api)
         dev = kwargs.get("device")
         if dev is not None:
             kwargs["device"] = map_device(dev)
@@ -335,13 +375,26 @@ def _load(fn):
             if isinstance(map_location, _Device):
                 map_location = str(map_location)
         elif isinstance(map_location, dict):
-            map_location = {k: str(map_device(v)) if isinstance(v, (str, _Device)) else v
-                            for k, v in map_location.items()}
+            map_location = _remap_table(map_location, sources)
         if trace.active:
             trace.note("torch.load(map_location=)", "translated")
         return fn(f, map_location, *args, **kwargs)
 
     return load
+
+
+def _remap_table(table: dict, sources):
+    """``map_location={"cuda:1": "cuda:0"}`` as a function: a location the table misses (a
+    checkpoint saved from another rank's device) goes to the target, as with no table."""
+    table = {k: str(map_device(v)) if isinstance(v, (str, _Device)) else v for k, v in table.items()}
+
+    def restore(storage, location):
+        found = table.get(location, location)
+        if isinstance(found, str) and found.partition(":")[0] in sources:
+            found = str(map_device(found))
+        return torch.serialization.default_restore_location(storage, found)
+
+    return restore
 
 
 def _set_default_device(fn):
@@ -396,6 +449,9 @@ def install(patcher, target) -> None:
     _saved_pickler = copyreg.dispatch_table.get(_Device)
     copyreg.pickle(_Device, _reduce_device)
 
+    # torch's device context (`with torch.device("meta")`, set_default_device) recognises the
+    # real factories by identity in a set cached on first use: build it before they are wrapped.
+    torch.utils._device._device_constructors()
     for name in FACTORIES:
         fn = getattr(torch, name, None)
         if fn is not None:
