@@ -385,7 +385,7 @@ class MLXBackend(Backend):
     name = "mlx"
     device_type = "cpu"
     priority = 60
-    description = "Apple MLX: MLX's allocator, streams and RNG for host (unified-memory) torch tensors"
+    description = "Apple MLX: torch tensors held as MLX arrays, ops run in MLX (host fallback per op)"
 
     def availability(self) -> Availability:
         problem = import_problem()
@@ -433,3 +433,19 @@ class MLXBackend(Backend):
 
     def collectives(self) -> MLXCollectives:
         return MLXCollectives(self.name)
+
+
+def install_translation(patcher, target) -> None:
+    """Make translated factories and moves produce MLX-backed tensors (:mod:`.translation`)."""
+    from .translation import install
+
+    install(patcher, target)
+
+
+def _register_translation() -> None:
+    from torchdevice import translate
+
+    translate.TRANSLATION_HOOKS.setdefault(MLXBackend.name, install_translation)
+
+
+_register_translation()
