@@ -423,3 +423,70 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     if bias is not None:
         out = out + bias
     return out.transpose(0, 3, 1, 2)
+
+
+# -- prims that torch's decompositions produce --------------------------------
+
+prims = torch.ops.prims
+
+
+@lower(prims.where.default)
+def _p_where(c, a, b):
+    return _m().where(c, a, b)
+
+
+@lower(prims.broadcast_in_dim.default)
+def _p_broadcast(a, shape, broadcast_dimensions):
+    shape = list(shape)
+    expanded = [1] * len(shape)
+    for src, dst in enumerate(broadcast_dimensions):
+        expanded[dst] = a.shape[src]
+    return _m().broadcast_to(a.reshape(expanded), shape)
+
+
+@lower(prims.sum.default)
+def _p_sum(a, dims, *, output_dtype=None):
+    out = _m().sum(a, axis=list(dims))
+    return out.astype(_dt(output_dtype)) if output_dtype is not None else out
+
+
+@lower(prims.var.default)
+def _p_var(a, dims, correction=1, *, output_dtype=None):
+    return _m().var(a, axis=list(dims), ddof=int(correction))
+
+
+@lower(prims.div.default)
+def _p_div(a, b):
+    core = _m()
+    if _is_float(a) if isinstance(a, core.array) else isinstance(a, float):
+        return core.divide(a, b)
+    q = core.divide(a, b)
+    return core.where(q < 0, core.ceil(q), core.floor(q)).astype(a.dtype)
+
+
+@lower(aten.copy.default)
+def _copy(a, src, non_blocking=False):
+    return _m().broadcast_to(src, a.shape).astype(a.dtype)
+
+
+@lower(aten.scatter_add.default)
+def _scatter_add(a, dim, index, src):
+    return _scatter_add_impl(a, dim, index, src)
+
+
+def _scatter_add_impl(a, dim, index, src):
+    core = _m()
+    src = src[tuple(slice(0, n) for n in index.shape)]
+    grids = list(core.meshgrid(*[core.arange(n) for n in index.shape], indexing="ij"))
+    grids[dim] = index
+    return a.at[tuple(grids)].add(src)
+
+
+@lower(aten.scatter.value)
+def _scatter_value(a, dim, index, value):
+    core = _m()
+    grids = list(core.meshgrid(*[core.arange(n) for n in index.shape], indexing="ij"))
+    grids[dim] = index
+    out = core.array(a)
+    out[tuple(grids)] = value
+    return out

@@ -381,6 +381,7 @@ def _to_host(x):
 def _host_fallback(func, args, kwargs, *, count: bool = True):
     if count:
         _note_fallback(str(func))
+
     host_args, host_kwargs = tree_map(_to_host, args), tree_map(_to_host, kwargs)
     out = func(*host_args, **host_kwargs)
     # write mutated arguments back

@@ -60,10 +60,8 @@ def to_mlx_tensor(t: torch.Tensor) -> torch.Tensor:
     """``t`` as an MLXTensor (itself if it is one); autograd flows through the move."""
     if isinstance(t, MLXTensor) or not isinstance(t, torch.Tensor):
         return t
-    if t.is_leaf and not t.requires_grad:
+    if not t.requires_grad or not torch.is_grad_enabled():
         return MLXTensor(array_from_torch(t))
-    if t.is_leaf:  # a leaf requiring grad becomes a new leaf (as torch's .to of a leaf does not)
-        return ToMLX.apply(t)
     return ToMLX.apply(t)
 
 
@@ -107,10 +105,35 @@ def _tensor_move(self, device=None, non_blocking=False, memory_format=torch.pres
     return to_mlx_tensor(self)
 
 
-def _module_move(self, device=None):
-    from torchdevice import devices
+def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
+    """Make every parameter and buffer of ``module`` MLX-backed, in place; returns ``module``.
 
-    return self.to(devices.host_target)
+    Done by hand rather than through ``Module._apply``: that assigns ``param.data`` when it
+    cannot tell the new type is incompatible, leaving a Parameter with no real storage.
+    """
+    for mod in module.modules():
+        for name, param in list(mod._parameters.items()):
+            if param is not None and not isinstance(param, MLXTensor):
+                data = MLXTensor(array_from_torch(param.detach()))
+                mod._parameters[name] = torch.nn.Parameter(data, requires_grad=param.requires_grad)
+        for name, buf in list(mod._buffers.items()):
+            if buf is not None and not isinstance(buf, MLXTensor):
+                mod._buffers[name] = MLXTensor(array_from_torch(buf))
+    return module
+
+
+def _module_move(self, device=None):
+    return module_to_mlx(self)
+
+
+def _module_to(inner):
+    # torch's Module.to re-parses its device (a new object), so the source is recognised here
+    @functools.wraps(inner)
+    def to(self, *args, **kwargs):
+        out = inner(self, *args, **kwargs)
+        dev = kwargs.get("device", args[0] if args else None)
+        return module_to_mlx(out) if is_source(dev) else out
+    return to
 
 
 _FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor",
@@ -128,6 +151,7 @@ def install(patcher, target) -> None:
         if fn is not None:
             patcher.set(torch, name, _factory(fn))
     patcher.set(torch.Tensor, "to", _tensor_to(torch.Tensor.to))
+    patcher.set(torch.nn.Module, "to", _module_to(torch.nn.Module.to))
     for source in target.sources:
         if hasattr(torch.Tensor, source):
             patcher.set(torch.Tensor, source, _tensor_move)
