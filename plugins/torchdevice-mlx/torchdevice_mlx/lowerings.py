@@ -24,6 +24,10 @@ RANDOM_OPS = {
     aten.exponential_.default, aten.multinomial.default, aten.randperm.default,
 }
 
+#: Ops whose saved outputs feed a host backward kernel, so their forward must be torch's own
+#: (the decomposition's logsumexp is not what the flash backward expects): run on the host.
+HOST_OPS = {aten._scaled_dot_product_flash_attention_for_cpu.default}
+
 
 def lower(*ops) -> Callable:
     def register(fn: Callable) -> Callable:

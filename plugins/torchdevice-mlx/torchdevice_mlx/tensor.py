@@ -279,7 +279,7 @@ def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
 
 def dispatch(func, args: tuple, kwargs: dict):
     """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
-    from .lowerings import LOWERINGS, RANDOM_OPS
+    from .lowerings import HOST_OPS, LOWERINGS, RANDOM_OPS
 
     if not _VIEW_OPS:
         _init_views()
@@ -298,7 +298,7 @@ def dispatch(func, args: tuple, kwargs: dict):
         except NotImplementedError:  # the lowering does not cover these arguments
             return _host_fallback(func, args, kwargs)
         return tree_map(_wrap, result)
-    if func not in RANDOM_OPS:
+    if func not in RANDOM_OPS and func not in HOST_OPS:
         decomp = _decomposition(func)
         if decomp is not None:
             return decomp(*args, **kwargs)
