@@ -180,8 +180,13 @@ class MLXTensor(torch.Tensor):
         return f"MLXTensor({self.torch_cpu()!r})"
 
     def __reduce_ex__(self, proto):
-        # torch.save / pickle / deepcopy: the data as a host tensor, re-wrapped on load.
-        return (_rebuild, (self.torch_cpu(), self.requires_grad))
+        # torch.save / pickle: saved as a plain host tensor, so checkpoints load without
+        # torchdevice (weights_only too); the program's map_location/.to("cuda") brings it back.
+        host = self.torch_cpu().requires_grad_(self.requires_grad)
+        return host.__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo):
+        return _rebuild(self.torch_cpu(), self.requires_grad)
 
     def numpy(self, *, force: bool = False):
         return self.detach().torch_cpu().numpy()
