@@ -299,7 +299,12 @@ def dispatch(func, args: tuple, kwargs: dict):
             return inplace
     if func in LOWERINGS and func not in RANDOM_OPS:
         try:
-            result = LOWERINGS[func](*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+            if any(type(a) in (list, tuple) for a in args):
+                result = LOWERINGS[func](*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+            else:  # the common flat case, without pytree's overhead
+                result = LOWERINGS[func](*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+            if type(result) is mx().array:
+                return MLXTensor(result)
         except NotImplementedError:  # the lowering does not cover these arguments
             return _host_fallback(func, args, kwargs)
         return tree_map(_wrap, result)
