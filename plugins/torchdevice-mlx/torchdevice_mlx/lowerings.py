@@ -59,7 +59,9 @@ def _arr(x, like=None):
 
 
 def _dims(dim, ndim):
-    if dim is None or dim == []:
+    if ndim == 0:  # torch accepts dim 0/-1 on a 0-d tensor
+        return []
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
         return list(range(ndim))
     if isinstance(dim, int):
         dim = [dim]

@@ -365,6 +365,10 @@ def _functional_of(func):
     return getattr(packet, func._overloadname, None)
 
 
+_METADATA_INPLACE = {aten.squeeze_, aten.unsqueeze_, aten.t_, aten.transpose_, aten.resize_, aten.as_strided_,
+                     aten.swapdims_, aten.swapaxes_, aten.set_}
+
+
 def _inplace(func, args, kwargs):
     from .lowerings import LOWERINGS, RANDOM_OPS
 
@@ -374,6 +378,9 @@ def _inplace(func, args, kwargs):
     if func is aten.copy_.default:
         write(target, _unwrap(args[1]))
         return target
+    if func.overloadpacket in _METADATA_INPLACE:
+        # a wrapper's sizes are fixed at creation: refuse rather than keep a wrong shape
+        raise NotImplementedError(f"{func} changes a tensor's shape in place, which MLX tensors do not support")
     functional = _functional_of(func)
     if functional is None or func in RANDOM_OPS or functional in RANDOM_OPS:
         return None
