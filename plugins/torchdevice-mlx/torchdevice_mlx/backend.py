@@ -1,10 +1,12 @@
-"""The ``mlx`` backend: torch tensors on the host, MLX's allocator, streams and RNG.
+"""The ``mlx`` backend: torch tensors held as MLX arrays, MLX's allocator, streams and RNG.
 
-Tensors of this backend are ordinary torch ``cpu`` tensors (on Apple silicon
-that memory is the GPU's too: unified memory); torch computes on them as on
-CPU. What MLX contributes is its runtime state, so that code written for
-CUDA sees MLX's figures and MLX's synchronisation, and MLX code run through
-:func:`torchdevice_mlx.to_mlx`/``from_mlx`` is accounted and seeded with it.
+With translation on, tensors created on or moved to a source device are
+:class:`torchdevice_mlx.tensor.MLXTensor` (data in an ``mx.array``, ops run in
+MLX, host fallback per op; see :mod:`torchdevice_mlx.translation`, installed
+through ``torchdevice.translate.TRANSLATION_HOOKS``). They report device
+``cpu`` to torch, this backend's ``device_type``. Plain torch CPU tensors a
+program makes itself stay torch's. MLX also contributes its runtime state,
+so code written for CUDA sees MLX's figures and MLX's synchronisation.
 
 Availability
   Available whenever ``import mlx.core`` works. Automatic selection takes it
