@@ -13,13 +13,12 @@ import os
 import sys
 import time
 
+import mlx.core as mx
 import torch
 import torch.nn.functional as F
-
-import mlx.core as mx
+from torchdevice_mlx.tensor import MLXTensor
 
 import torchdevice
-from torchdevice_mlx.tensor import MLXTensor
 
 
 def _dispatch_only(x, n: int = 2000) -> float:

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("expecttest")  # torch's OpInfo database imports it
 
-from torchdevice_mlx import opinfo  # noqa: E402
+from torchdevice_mlx import opinfo
 
 FAST = ["add", "mul", "sub", "exp", "sum", "mm", "bmm", "addmm", "softmax", "transpose", "cat",
         "nn.functional.relu", "nn.functional.gelu", "nn.functional.layer_norm"]

@@ -8,7 +8,7 @@ seed draws the same numbers as torch on CPU.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -40,7 +40,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
@@ -130,13 +131,13 @@ class MLXTensor(torch.Tensor):
     """A torch tensor whose data is an MLX array (see the module docstring)."""
 
     _mx: Any
-    _base_t: "MLXTensor | None"
+    _base_t: MLXTensor | None
     _chain: tuple
     _version_n: int
     _seen: int
 
     @staticmethod
-    def __new__(cls, array, *, base: "MLXTensor | None" = None, chain: tuple = (), requires_grad: bool = False):
+    def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple = (), requires_grad: bool = False):
         out = torch.Tensor._make_wrapper_subclass(
             cls, tuple(array.shape), dtype=to_torch_dtype(array.dtype), device="cpu",
             requires_grad=requires_grad,
@@ -152,7 +153,7 @@ class MLXTensor(torch.Tensor):
         super().__init__()
 
     @classmethod
-    def from_torch(cls, tensor: torch.Tensor) -> "MLXTensor":
+    def from_torch(cls, tensor: torch.Tensor) -> MLXTensor:
         """A new MLX-backed tensor holding a copy of ``tensor`` (no autograd link)."""
         if isinstance(tensor, MLXTensor):
             return tensor

@@ -88,7 +88,7 @@ def _tensor_to(inner):
 def _mlx_to(self, *args, **kwargs):
     """``MLXTensor.to``: a dtype change stays in MLX; an explicit host device leaves it."""
     dev = kwargs.get("device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor)) else None)
-    device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
     out = self
     if dtype is not None and dtype != self.dtype:
         out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX
