@@ -136,6 +136,12 @@ def test_data_comes_back(mlx_cuda):
     assert torch.load(buffer)["x"].tolist() == x.tolist()
 
 
+def test_cpu_leaves_mlx_outside_translation_too():
+    x = MLXTensor.from_torch(torch.arange(3.0))
+    assert type(x.cpu()) is torch.Tensor and type(x.to("cpu")) is torch.Tensor
+    assert isinstance(x.to(torch.float16), MLXTensor) and x.to(torch.float16).dtype == torch.float16
+
+
 def test_same_seed_same_numbers_as_torch_cpu(mlx_cuda):
     torch.manual_seed(7)
     translated = torch.randn(5, device="cuda").tolist()
@@ -209,3 +215,37 @@ def test_bf16_autocast_computes_in_bf16_and_matches_native():
     assert dtype == native_dtype == torch.bfloat16
     # bf16 has 8 bits of mantissa: MLX and torch accumulate in different orders (measured 3e-4)
     assert translated == pytest.approx(native, rel=2e-3)
+
+
+CUDA_PROGRAM = """
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Flatten(), nn.Linear(8 * 4 * 4, 10)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+x, y = torch.randn(4, 3, 8, 8).cuda(), torch.randint(0, 10, (4,)).cuda()
+for _ in range(3):
+    opt.zero_grad(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step()
+    print(repr(loss.item()))
+before = torch.cuda.memory_allocated()
+big = torch.empty(16 * 1024 * 1024, device="cuda")
+torch.cuda.synchronize()
+print(torch.cuda.memory_allocated() - before, type(x).__name__)
+"""
+
+
+def test_torchdevice_run_backend_mlx_on_a_cuda_program(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(CUDA_PROGRAM)
+    done = subprocess.run([sys.executable, "-m", "torchdevice", "run", "--backend", "mlx", str(script)],
+                          capture_output=True, text=True, timeout=300, check=True)
+    *losses, last = done.stdout.split("\n")[:-1]
+    grew, kind = last.split()
+    assert kind == "MLXTensor" and int(grew) >= 64 * MIB
+    native = subprocess.run([sys.executable, "-c", CUDA_PROGRAM.replace(".cuda()", "").replace(
+        'device="cuda"', 'device="cpu"').split("before =")[0]], capture_output=True, text=True, timeout=300,
+        check=True)
+    assert [float(v) for v in losses] == pytest.approx([float(v) for v in native.stdout.split()], rel=1e-3)

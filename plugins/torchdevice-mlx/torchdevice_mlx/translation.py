@@ -157,5 +157,8 @@ def install(patcher, target) -> None:
             patcher.set(torch.Tensor, source, _tensor_move)
         if hasattr(torch.nn.Module, source):
             patcher.set(torch.nn.Module, source, _module_move)
-    patcher.set(MLXTensor, "to", _mlx_to)
-    patcher.set(MLXTensor, "cpu", _mlx_cpu)
+
+
+# An MLXTensor leaves MLX on an explicit host device whether or not translation is on.
+MLXTensor.to = _mlx_to
+MLXTensor.cpu = _mlx_cpu
