@@ -72,6 +72,8 @@ _device_cache: dict = {}  # torch.device(arg) -> the real torch.device it return
 _translated: set = set()  # keys of _cache that were source devices (for tracing)
 _target = None
 _saved_pickler = None
+#: The one device object a source device maps to on a non-indexed target (reset by install).
+host_target = _Device("cpu")
 
 
 # -- mapping ---------------------------------------------------------------------------
@@ -82,8 +84,8 @@ def _mapped_index(index):
     t = _target
     if index is not None and not 0 <= index < t.device_count:
         raise InvalidDeviceError(index, t.device_count, t.backend)
-    if not t.indexed:
-        return _Device(t.device_type)
+    if not t.indexed:  # one object, so a backend can tell a translated device from a typed "cpu"
+        return host_target
     return _Device(t.device_type) if index is None else _Device(t.device_type, index)
 
 
@@ -433,8 +435,9 @@ def _dataloader_init(fn):
 
 def install(patcher, target) -> None:
     """Patch every place a device enters torch (see the module docstring)."""
-    global _target, _saved_pickler
+    global _target, _saved_pickler, host_target
     _target = target
+    host_target = _Device(target.device_type)
     _cache.clear()
     _device_cache.clear()
     _translated.clear()

@@ -43,6 +43,10 @@ INSTALLERS = (
 
 ENV_REPORT_AVAILABLE = "TORCHDEVICE_REPORT_AVAILABLE"
 
+#: backend name -> ``install(patcher, target)`` run after the installers when that backend is the
+#: target: for a backend computing in its own tensor type (mlx registers one on import).
+TRANSLATION_HOOKS: dict = {}
+
 
 @dataclass(frozen=True)
 class Target:
@@ -114,6 +118,10 @@ def patch(*, report_available: bool | None = None) -> Target:
             for name in INSTALLERS:
                 module = importlib.import_module(name)
                 module.install(patcher, new_target)
+            # a backend computing in its own tensor type (mlx) hooks factories and .to here
+            extra = TRANSLATION_HOOKS.get(new_target.backend)
+            if extra is not None:
+                extra(patcher, new_target)
         except BaseException:
             patcher.restore()
             raise

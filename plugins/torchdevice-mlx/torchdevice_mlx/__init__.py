@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from .backend import MLXBackend
 from .bridge import from_mlx, to_mlx
+from .tensor import MLXTensor, fallback_counts
+from . import translation as _translation  # noqa: F401 -- gives MLXTensor its .to/.cpu
 
 __version__ = "0.1.0"
-__all__ = ["MLXBackend", "plugin", "to_mlx", "from_mlx"]
+__all__ = ["MLXBackend", "MLXTensor", "fallback_counts", "plugin", "to_mlx", "from_mlx"]
 
 plugin = MLXBackend()

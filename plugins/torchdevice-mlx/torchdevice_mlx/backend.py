@@ -1,10 +1,12 @@
-"""The ``mlx`` backend: torch tensors on the host, MLX's allocator, streams and RNG.
+"""The ``mlx`` backend: torch tensors held as MLX arrays, MLX's allocator, streams and RNG.
 
-Tensors of this backend are ordinary torch ``cpu`` tensors (on Apple silicon
-that memory is the GPU's too: unified memory); torch computes on them as on
-CPU. What MLX contributes is its runtime state, so that code written for
-CUDA sees MLX's figures and MLX's synchronisation, and MLX code run through
-:func:`torchdevice_mlx.to_mlx`/``from_mlx`` is accounted and seeded with it.
+With translation on, tensors created on or moved to a source device are
+:class:`torchdevice_mlx.tensor.MLXTensor` (data in an ``mx.array``, ops run in
+MLX, host fallback per op; see :mod:`torchdevice_mlx.translation`, installed
+through ``torchdevice.translate.TRANSLATION_HOOKS``). They report device
+``cpu`` to torch, this backend's ``device_type``. Plain torch CPU tensors a
+program makes itself stay torch's. MLX also contributes its runtime state,
+so code written for CUDA sees MLX's figures and MLX's synchronisation.
 
 Availability
   Available whenever ``import mlx.core`` works. Automatic selection takes it
@@ -385,7 +387,7 @@ class MLXBackend(Backend):
     name = "mlx"
     device_type = "cpu"
     priority = 60
-    description = "Apple MLX: MLX's allocator, streams and RNG for host (unified-memory) torch tensors"
+    description = "Apple MLX: torch tensors held as MLX arrays, ops run in MLX (host fallback per op)"
 
     def availability(self) -> Availability:
         problem = import_problem()
@@ -433,3 +435,19 @@ class MLXBackend(Backend):
 
     def collectives(self) -> MLXCollectives:
         return MLXCollectives(self.name)
+
+
+def install_translation(patcher, target) -> None:
+    """Make translated factories and moves produce MLX-backed tensors (:mod:`.translation`)."""
+    from .translation import install
+
+    install(patcher, target)
+
+
+def _register_translation() -> None:
+    from torchdevice import translate
+
+    translate.TRANSLATION_HOOKS.setdefault(MLXBackend.name, install_translation)
+
+
+_register_translation()

@@ -1,0 +1,164 @@
+"""Making translated code's tensors MLX-backed (installed by ``torchdevice.translate.patch``).
+
+With the mlx backend active and translation on, a factory given a source
+device (``torch.zeros(..., device="cuda")``), ``Tensor.to("cuda")``,
+``.cuda()`` and ``Module.to("cuda")``/``.cuda()`` return
+:class:`~torchdevice_mlx.tensor.MLXTensor`. A *source* device is a string or
+``torch.device`` naming a translated type, or the device object translation
+returned for one (:data:`torchdevice.devices.host_target`: identity tells it
+from a program's own ``torch.device("cpu")``, which stays a plain host tensor).
+``MLXTensor.cpu()`` / ``.to("cpu")`` return plain host tensors. Moves are
+autograd functions, so gradients flow across them.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .tensor import MLXTensor, array_from_torch
+
+_sources: frozenset = frozenset()
+
+
+def is_source(dev) -> bool:
+    """Whether device argument ``dev`` asks for the translated (MLX) device."""
+    if dev is None:
+        return False
+    from torchdevice import devices
+
+    if dev is devices.host_target:
+        return True
+    if isinstance(dev, str):
+        return dev.split(":")[0] in _sources
+    if isinstance(dev, torch.device):
+        return dev.type in _sources
+    return False
+
+
+class ToMLX(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return MLXTensor(array_from_torch(x))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.torch_cpu() if isinstance(grad, MLXTensor) else grad
+
+
+class FromMLX(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.torch_cpu()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ToMLX.apply(grad)
+
+
+def to_mlx_tensor(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as an MLXTensor (itself if it is one); autograd flows through the move."""
+    if isinstance(t, MLXTensor) or not isinstance(t, torch.Tensor):
+        return t
+    if not t.requires_grad or not torch.is_grad_enabled():
+        return MLXTensor(array_from_torch(t))
+    return ToMLX.apply(t)
+
+
+def _factory(fn):
+    @functools.wraps(fn)
+    def factory(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if is_source(kwargs.get("device")) and isinstance(out, torch.Tensor):
+            wrapped = MLXTensor(array_from_torch(out))
+            return wrapped.requires_grad_() if out.requires_grad else wrapped
+        return out
+    return factory
+
+
+def _tensor_to(inner):
+    @functools.wraps(inner)
+    def to(self, *args, **kwargs):
+        out = inner(self, *args, **kwargs)
+        dev = kwargs.get("device", args[0] if args else None)
+        return to_mlx_tensor(out) if is_source(dev) else out
+    return to
+
+
+def _mlx_to(self, *args, **kwargs):
+    """``MLXTensor.to``: a dtype change stays in MLX; an explicit host device leaves it."""
+    dev = kwargs.get("device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor)) else None)
+    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    out = self
+    if dtype is not None and dtype != self.dtype:
+        out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX
+    if dev is not None and not is_source(dev) and device is not None and device.type == "cpu":
+        out = FromMLX.apply(out)
+    return out
+
+
+def _mlx_cpu(self, memory_format=torch.preserve_format):
+    return FromMLX.apply(self)
+
+
+def _tensor_move(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+    return to_mlx_tensor(self)
+
+
+def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
+    """Make every parameter and buffer of ``module`` MLX-backed, in place; returns ``module``.
+
+    Done by hand rather than through ``Module._apply``: that assigns ``param.data`` when it
+    cannot tell the new type is incompatible, leaving a Parameter with no real storage.
+    """
+    for mod in module.modules():
+        for name, param in list(mod._parameters.items()):
+            if param is not None and not isinstance(param, MLXTensor):
+                data = MLXTensor(array_from_torch(param.detach()))
+                mod._parameters[name] = torch.nn.Parameter(data, requires_grad=param.requires_grad)
+        for name, buf in list(mod._buffers.items()):
+            if buf is not None and not isinstance(buf, MLXTensor):
+                mod._buffers[name] = MLXTensor(array_from_torch(buf))
+    return module
+
+
+def _module_move(self, device=None):
+    return module_to_mlx(self)
+
+
+def _module_to(inner):
+    # torch's Module.to re-parses its device (a new object), so the source is recognised here
+    @functools.wraps(inner)
+    def to(self, *args, **kwargs):
+        out = inner(self, *args, **kwargs)
+        dev = kwargs.get("device", args[0] if args else None)
+        return module_to_mlx(out) if is_source(dev) else out
+    return to
+
+
+_FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor",
+              "as_tensor", "eye", "linspace", "logspace", "zeros_like", "ones_like", "empty_like",
+              "full_like", "rand_like", "randn_like", "randint_like", "randperm", "empty_strided",
+              "normal", "tril_indices", "triu_indices")
+
+
+def install(patcher, target) -> None:
+    """Wrap factories and moves so source devices give MLXTensor (see the module docstring)."""
+    global _sources
+    _sources = frozenset(target.sources)
+    for name in _FACTORIES:
+        fn = getattr(torch, name, None)
+        if fn is not None:
+            patcher.set(torch, name, _factory(fn))
+    patcher.set(torch.Tensor, "to", _tensor_to(torch.Tensor.to))
+    patcher.set(torch.nn.Module, "to", _module_to(torch.nn.Module.to))
+    for source in target.sources:
+        if hasattr(torch.Tensor, source):
+            patcher.set(torch.Tensor, source, _tensor_move)
+        if hasattr(torch.nn.Module, source):
+            patcher.set(torch.nn.Module, source, _module_move)
+
+
+# An MLXTensor leaves MLX on an explicit host device whether or not translation is on.
+MLXTensor.to = _mlx_to
+MLXTensor.cpu = _mlx_cpu
