@@ -248,11 +248,15 @@ class HostEvent:
             self._stream.synchronize()
 
     def elapsed_time(self, end_event: "HostEvent") -> float:
-        """Milliseconds between this event's record and ``end_event``'s, measured on the host clock."""
+        """Milliseconds between this event's record and ``end_event``'s, measured on the host clock.
+
+        Raises ``ValueError`` with CUDA's messages (torch's C++ checks are ``TORCH_CHECK_VALUE``;
+        seen on an H100) when either event lacks ``enable_timing=True`` or was never recorded.
+        """
         if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         if self._time_ns is None or end_event._time_ns is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
         return (end_event._time_ns - self._time_ns) / 1e6
 
     def __repr__(self) -> str:
