@@ -28,7 +28,9 @@ def hook() -> None:
         from torchdevice import autoload
 
         autoload.hook()
-    except Exception as exc:  # an exception here would break `import torch` itself
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # an exception here would break `import torch` itself (SystemExit too)
         import warnings
 
         warnings.warn(f"torchdevice: zero-code activation failed: {type(exc).__name__}: {exc}", RuntimeWarning)

@@ -110,9 +110,15 @@ def test_env_overrides_implicit_dtype(on_cpu, monkeypatch):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             assert model(x).dtype is torch.bfloat16
     monkeypatch.setenv(amp.ENV_AMP_DTYPE, "int8")
-    with pytest.raises(ValueError, match="TORCHDEVICE_AMP_DTYPE"):
-        translate.patch()
-    assert not translate.is_patched()
+    with pytest.warns(RuntimeWarning, match="TORCHDEVICE_AMP_DTYPE='int8' is not valid"):
+        translate.patch()  # a bad AMP dtype affects AMP only: translation is on, default dtype
+    try:
+        assert translate.is_patched() and torch.zeros(1, device="cuda").device.type == "cpu"
+        model, x, _ = _model_and_data()
+        with torch.autocast("cuda"):
+            assert model(x).dtype is torch.bfloat16  # the CPU target's implicit dtype
+    finally:
+        translate.unpatch()
 
 
 def test_gradscaler_really_scales_and_matches_cpu(patched):

@@ -229,7 +229,14 @@ def test_resolution_calls_each_hook_once(router_state, monkeypatch):
         counts[hook] = counts.get(hook, 0) + 1
         return real_each(hook, *args, **kwargs)
 
+    real_owner = plugins.call_owner
+
+    def counting_owner(hook, *args, **kwargs):  # the declaring plugin, asked directly
+        counts[hook] = counts.get(hook, 0) + 1
+        return real_owner(hook, *args, **kwargs)
+
     monkeypatch.setattr(plugins, "call_each", counting_each)
+    monkeypatch.setattr(plugins, "call_owner", counting_owner)
     router.invalidate()
     for _ in range(5):
         torchdevice.current_backend()

@@ -76,9 +76,11 @@ def _implicit_dtype() -> torch.dtype | None:
     try:
         return _DTYPES[raw]
     except KeyError:
-        raise ValueError(
-            f"{ENV_AMP_DTYPE} must be one of float16, bfloat16 (or fp16, bf16, half), got {raw!r}"
-        ) from None
+        # only AMP's implicit dtype is affected: the rest of translation goes on
+        warnings.warn_explicit(
+            f"torchdevice: {ENV_AMP_DTYPE}={raw!r} is not valid: use float16 or bfloat16 (or fp16, bf16, half); "
+            "the target's default AMP dtype is used", RuntimeWarning, "<torchdevice>", 0, module="torchdevice.amp")
+        return None
 
 
 def _tag(fn, status: Status, note: str):

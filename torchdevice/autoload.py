@@ -88,6 +88,8 @@ def hook() -> None:
         on, why = wanted()
         if not on:
             outcome = f"off: {why}"
+            if why.endswith("ignored"):
+                _warn(f"{why} (translation stays off; use {ENV_AUTO}=1 or 0)")
             return
         from . import translate
 
@@ -96,6 +98,8 @@ def hook() -> None:
         import logging
 
         logging.getLogger("torchdevice").info("zero-code activation %s", outcome[4:])
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a plugin's SystemExit or worse must not break `import torch`
         outcome = f"failed: {type(exc).__name__}: {exc}"
         _warn(f"zero-code activation failed, translation is off: {type(exc).__name__}: {exc}")

@@ -79,7 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    from .errors import TorchDeviceError
+
+    try:
+        return args.func(args)
+    except TorchDeviceError as exc:  # a bad TORCHDEVICE_* value or backend: one line, no traceback
+        print(f"torchdevice: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -20,6 +20,14 @@ class BackendNotFoundError(TorchDeviceError, ValueError):
         )
 
 
+class ConfigError(TorchDeviceError, ValueError):
+    """A ``TORCHDEVICE_*`` variable with a value torchdevice cannot use."""
+
+    def __init__(self, variable: str, value: str, valid: str):
+        self.variable, self.value, self.valid = variable, value, valid
+        super().__init__(f"{variable}={value!r} is not valid: {valid}")
+
+
 class BackendUnavailableError(TorchDeviceError):
     """A backend that is installed but cannot run on this machine."""
 

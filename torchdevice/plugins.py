@@ -97,9 +97,34 @@ def load() -> None:
             plugin = ep.load()
             stage = "validate"  # e.g. a misspelled hookimpl, caught by check_pending()
             register(plugin, name=ep.name, info=info, notify=False)
-        except (Exception, SystemExit) as exc:  # a broken (or exiting) plugin is reported, never fatal
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a broken (or exiting) plugin is reported, never fatal
             plugin_info[ep.name] = info
             _record(ep.name, stage, exc)
+    _warn_unknown(allow, "TORCHDEVICE_PLUGINS")
+    _warn_unknown(block, "TORCHDEVICE_DISABLE_PLUGINS")
+
+
+def blocked() -> set[str]:
+    """Entry-point names that ``TORCHDEVICE_DISABLE_PLUGINS`` blocks."""
+    return _env_names("TORCHDEVICE_DISABLE_PLUGINS") or set()
+
+
+def _warn_unknown(names: set[str] | None, var: str) -> None:
+    """A name in ``var`` that is no entry point (a typo) is reported, not silently ignored."""
+    if not names:
+        return
+    known = {ep.name for ep in entry_points(group=GROUP)} | {BUILTIN}
+    unknown = sorted(names - known)
+    if unknown:
+        import warnings
+
+        warnings.warn_explicit(
+            f"torchdevice: {var} names {', '.join(map(repr, unknown))}, which no installed plugin provides; "
+            f"installed entry points: {', '.join(sorted(known))}",
+            RuntimeWarning, "<torchdevice>", 0, module="torchdevice.plugins",
+        )
 
 
 def register(plugin, name: str | None = None, info: PluginInfo | None = None, notify: bool = True) -> str:
@@ -145,12 +170,43 @@ def call_each(hook: str, errors: list | None = None, skip=frozenset(), **kwargs)
             continue
         try:
             result = impl.function(*[kwargs[arg] for arg in impl.argnames])
-        except (Exception, SystemExit) as exc:
+            if hook == "torchdevice_backends" and result is not None:
+                result = _spec_list(result)  # a generator failing half-way fails here, reported
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             problem = _record(impl.plugin_name, hook, exc)
             if errors is not None:
                 errors.append(problem)
             continue
         yield impl.plugin_name, result
+
+
+def _spec_list(result) -> list:
+    """``torchdevice_backends``' result as a list; a single spec, a str or a number is an error."""
+    from .backend import BackendSpec
+
+    if isinstance(result, (BackendSpec, str, bytes, int, float)) or not hasattr(result, "__iter__"):
+        raise TypeError(f"torchdevice_backends must return a list of BackendSpec, got {result!r}")
+    return list(result)
+
+
+def call_owner(hook: str, plugin: str, errors: list | None = None, **kwargs):
+    """Return the result of ``plugin``'s own implementation of ``hook``, or ``(None, None)``
+    when that plugin has none (then the caller may ask the others). Errors as in :func:`call_each`."""
+    for impl in getattr(pm.hook, hook).get_hookimpls():
+        if impl.plugin_name != plugin:
+            continue
+        try:
+            return plugin, impl.function(*[kwargs[arg] for arg in impl.argnames])
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            problem = _record(plugin, hook, exc)
+            if errors is not None:
+                errors.append(problem)
+            return plugin, None
+    return None, None
 
 
 def call_first(hook: str, errors: list | None = None, skip=frozenset(), **kwargs):

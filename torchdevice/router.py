@@ -12,6 +12,7 @@ path reads that cached object.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -26,7 +27,7 @@ from .backend import (
     RNGOps,
     StreamOps,
 )
-from .errors import BackendNotFoundError, BackendUnavailableError, TorchDeviceError
+from .errors import BackendNotFoundError, BackendUnavailableError, ConfigError, TorchDeviceError
 
 ENV_BACKEND = "TORCHDEVICE_BACKEND"
 ENV_PRIORITY = "TORCHDEVICE_PRIORITY"
@@ -63,6 +64,7 @@ class ActiveBackend:
     rng: RNGOps
     collectives: CollectiveOps
     _properties: dict[int, DeviceProperties] = field(default_factory=dict)
+    owner: str = ""  #: the plugin that declared this backend (the one asked about it)
 
     @property
     def name(self) -> str:
@@ -76,9 +78,7 @@ class ActiveBackend:
         props = self._properties.get(index)
         if props is None:
             errors: list = []
-            _, props = plugins.call_first(
-                "torchdevice_device_properties", errors, skip(self.name), name=self.name, index=index
-            )
+            _, props = _ask(self.name, self.owner, "torchdevice_device_properties", errors, index=index)
             if props is None:
                 why = f": {errors[0]}" if errors else ""
                 raise TorchDeviceError(f"backend {self.name!r} gave no properties for device {index}{why}")
@@ -114,20 +114,51 @@ def on_change(listener: Callable[[], None]) -> None:
     _listeners.append(listener)
 
 
+_priority_error: ConfigError | None = None  # a malformed TORCHDEVICE_PRIORITY, raised only by automatic selection
+
+
 def _priority_overrides() -> dict[str, int]:
     raw = os.environ.get(ENV_PRIORITY, "")
     overrides = {}
     for item in filter(None, (p.strip() for p in raw.split(","))):
         name, sep, value = item.partition("=")
         try:
-            if not sep:
+            if not sep or not name.strip():
                 raise ValueError
             overrides[name.strip()] = int(value)
         except ValueError:
-            raise ValueError(
-                f"{ENV_PRIORITY} item {item!r} is not NAME=INTEGER (e.g. {ENV_PRIORITY}=mlx=150,cuda=10)"
+            raise ConfigError(
+                ENV_PRIORITY, raw, f"item {item!r} is not NAME=INTEGER; expected e.g. {ENV_PRIORITY}=mlx=150,cuda=10"
             ) from None
     return overrides
+
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+def _spec_problem(spec) -> str | None:
+    """What is wrong with a declared backend, or None (checked where plugins hand it over)."""
+    if not isinstance(spec, BackendSpec):
+        return f"returned {spec!r}, not a BackendSpec"
+    if not isinstance(spec.name, str) or not _NAME.match(spec.name):
+        return f"backend name {spec.name!r} is not lowercase letters, digits and '_' starting with a letter"
+    if not isinstance(spec.priority, int) or isinstance(spec.priority, bool):
+        return f"backend {spec.name!r} has priority {spec.priority!r}, not an int"
+    if not _known_device_type(spec.device_type):
+        return f"backend {spec.name!r} has device_type {spec.device_type!r}, which torch does not know"
+    return None
+
+
+def _known_device_type(device_type) -> bool:
+    if not isinstance(device_type, str) or ":" in device_type:
+        return False
+    import torch
+
+    try:
+        torch.device(device_type)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return True
 
 
 def discover() -> dict[str, BackendRecord]:
@@ -137,7 +168,11 @@ def discover() -> dict[str, BackendRecord]:
         if _records is not None:
             return _records
         plugins.load()
-        overrides = _priority_overrides()
+        global _priority_error
+        try:
+            overrides, _priority_error = _priority_overrides(), None
+        except ConfigError as exc:  # only automatic selection needs priorities: it raises this
+            overrides, _priority_error = {}, exc
         records: dict[str, BackendRecord] = {}
         # Registration order (the reverse of pluggy's call order): the first declaration of
         # a name wins; later plugins declaring it are reported and never asked about it.
@@ -145,10 +180,9 @@ def discover() -> dict[str, BackendRecord]:
         _shadowed.clear()
         for plugin, specs in reversed(list(plugins.call_each("torchdevice_backends"))):
             for spec in specs or ():
-                if not isinstance(spec, BackendSpec):
-                    plugins.report(
-                        plugins.Problem(plugin, "torchdevice_backends", f"returned {spec!r}, not a BackendSpec")
-                    )
+                problem = _spec_problem(spec)
+                if problem is not None:
+                    plugins.report(plugins.Problem(plugin, "torchdevice_backends", problem))
                 elif spec.name in declared:
                     _shadowed.setdefault(spec.name, set()).add(plugin)
                     plugins.report(
@@ -164,7 +198,7 @@ def discover() -> dict[str, BackendRecord]:
         for name, (plugin, spec) in declared.items():
             info = plugins.plugin_info.get(plugin) or plugins.PluginInfo(plugin, None, None)
             errors: list = []
-            _, avail = plugins.call_first("torchdevice_availability", errors, skip(name), name=name)
+            _, avail = _ask(name, plugin, "torchdevice_availability", errors)
             if not isinstance(avail, Availability):
                 why = str(errors[0]) if errors else f"availability hook returned {avail!r}"
                 avail = Availability(False, why)
@@ -216,6 +250,9 @@ def check(name: str, source: str = "") -> BackendRecord:
         known = [r.name for r in records.values() if r.device_type is not None]
         if record is not None:  # a broken plugin of that name
             raise BackendUnavailableError(name, record.reason, _usable(records), source)
+        if name in plugins.blocked():
+            raise BackendUnavailableError(
+                name, "its plugin is disabled by TORCHDEVICE_DISABLE_PLUGINS", _usable(records), source)
         raise BackendNotFoundError(name, sorted(known), _usable(records), source)
     if not record.available:
         raise BackendUnavailableError(name, record.reason, _usable(records), source)
@@ -230,6 +267,8 @@ def _candidates() -> list[tuple[str, str]]:
     env = os.environ.get(ENV_BACKEND, "").strip()
     if env:
         return [(env, ENV_BACKEND)]
+    if _priority_error is not None:
+        raise _priority_error
     ranked = sorted(
         (r for r in records.values() if r.available and r.automatic and r.device_type is not None),
         key=lambda r: -r.priority,
@@ -241,11 +280,21 @@ _EXPECTED = {"device_count": int, "memory": MemoryOps, "streams": StreamOps, "rn
              "collectives": CollectiveOps}
 
 
+def _ask(name: str, owner: str, hook: str, errors: list, **extra):
+    """Ask the plugin that declared backend ``name`` (others cannot answer for it); a plugin
+    implementing the hook elsewhere is asked only when the owner has no implementation."""
+    plugin, result = plugins.call_owner(hook, owner, errors, name=name, **extra)
+    if plugin is None:
+        plugin, result = plugins.call_first(hook, errors, skip(name), name=name, **extra)
+    return plugin, result
+
+
 def _resolve(name: str) -> ActiveBackend:
     errors: list = []
     found = {}
+    owner = discover()[name].plugin
     for hook, expected in _EXPECTED.items():
-        plugin, found[hook] = plugins.call_first(f"torchdevice_{hook}", errors, skip(name), name=name)
+        plugin, found[hook] = _ask(name, owner, f"torchdevice_{hook}", errors)
         if found[hook] is None:
             why = str(errors[-1]) if errors else "no plugin answered"
             raise BackendUnavailableError(name, f"torchdevice_{hook} failed: {why}", [])
@@ -253,9 +302,14 @@ def _resolve(name: str) -> ActiveBackend:
             why = f"returned {found[hook]!r}, not a {expected.__name__}"
             plugins.report(plugins.Problem(plugin, f"torchdevice_{hook}", why))
             raise BackendUnavailableError(name, f"torchdevice_{hook} of plugin {plugin!r} {why}", [])
+    if found["device_count"] < 1:
+        why = f"torchdevice_device_count of plugin {owner!r} returned {found['device_count']}, not at least 1"
+        plugins.report(plugins.Problem(owner, "torchdevice_device_count", why))
+        raise BackendUnavailableError(name, why, [])
     record = discover()[name]
     spec = BackendSpec(name, record.device_type, record.priority)
-    return ActiveBackend(spec, int(found["device_count"]), found["memory"], found["streams"], found["rng"], found["collectives"])
+    return ActiveBackend(spec, int(found["device_count"]), found["memory"], found["streams"], found["rng"],
+                         found["collectives"], owner=owner)
 
 
 def active() -> ActiveBackend:

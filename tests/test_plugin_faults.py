@@ -1,0 +1,84 @@
+"""Fault injection: a misbehaving plugin is reported and skipped; `import torch` and the other
+backends keep working (zero-code activation by name and automatic, and `torchdevice info`).
+
+The plugin is tests/fixtures/plugins/td_faulty.py, installed as a fake distribution; the
+fault it commits is chosen by ``TD_FAULT``. Each case runs in fresh subprocesses.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from helpers import run_command, run_concurrently, write_plugin
+
+PROGRAM = "import torch; print(torch.zeros(1, device='cuda').device)"
+
+# fault -> text the problem report must contain
+FAULTS = {
+    "single_spec": "must return a list of BackendSpec",
+    "int": "must return a list of BackendSpec",
+    "generator_raises": "generator broke half-way",
+    "priority_none": "priority None, not an int",
+    "priority_str": "priority 'high', not an int",
+    "bad_name": "'Faulty Chip!' is not lowercase",
+    "unknown_device_type": "device_type 'warpdrive'",
+    "hook_baseexception": "faulty exploded in availability",
+    "import_baseexception": "faulty exploded at import",
+    "import_systemexit": "SystemExit: 3",
+    "count0": "returned 0, not at least 1",
+}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    site = tmp_path_factory.mktemp("faulty-site")
+    write_plugin(site, "faulty-plugin", "0.1", "faulty", "td_faulty")
+    return site
+
+
+def _runs(site, fault):
+    base = {"TD_FAULT": fault, "TORCHDEVICE_PLUGINS": "faulty"}
+    py = sys.executable
+    return {
+        "named": (run_command, ([py, "-c", PROGRAM],), {"env": {**base, "TORCHDEVICE_BACKEND": "cpu"}, "pythonpath": [site]}),
+        "auto": (run_command, ([py, "-c", PROGRAM],), {"env": {**base, "TORCHDEVICE_AUTO": "1"}, "pythonpath": [site]}),
+        "info": (run_command, ([py, "-m", "torchdevice", "info", "--json"],), {"env": base, "pythonpath": [site]}),
+    }
+
+
+@pytest.fixture(scope="module")
+def results(site):
+    jobs = {}
+    for fault in [*FAULTS, "hijack"]:
+        for key, job in _runs(site, fault).items():
+            jobs[fault, key] = job
+    return run_concurrently(jobs, workers=2)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_fault_is_reported_and_cpu_still_translates(results, fault):
+    for mode in ("named", "auto"):
+        run = results[fault, mode]
+        assert run.returncode == 0, str(run)
+        assert run.stdout.strip() == "cpu", str(run)
+        assert "activation failed" not in run.stderr, str(run)
+    info = results[fault, "info"]
+    assert info.returncode == 0 and "Traceback" not in info.stderr, str(info)
+    data = json.loads(info.stdout)
+    assert data["selected"] == "cpu" and data["error"] is None, data
+    problems = "\n".join(data["problems"]) + "\n".join(
+        p for b in data["backends"] for p in b["problems"] + [b["reason"]])
+    assert FAULTS[fault] in problems, problems
+
+
+def test_a_plugin_cannot_answer_for_a_backend_it_did_not_declare(results):
+    # td_faulty answers availability False and count 0 for every name; only its own counts
+    for mode in ("named", "auto"):
+        run = results["hijack", mode]
+        assert run.returncode == 0 and run.stdout.strip() == "cpu", str(run)
+    data = json.loads(results["hijack", "info"].stdout)
+    backends = {b["name"]: b for b in data["backends"]}
+    assert backends["cpu"]["available"] and data["selected"] == "cpu", data
+    assert not backends["faulty"]["available"]
