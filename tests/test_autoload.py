@@ -217,3 +217,13 @@ def test_children_inherit_translation(tmp_path):
         assert out[f"workers_{ctx}"] == [expected] * 4, ctx
     assert out["mp_spawn"] == [expected] * 2
     assert out["subprocess"] == [True, "cpu"]
+
+
+def test_a_named_backend_imports_no_other_plugin():
+    """TORCHDEVICE_BACKEND=cpu: no plugin distribution is imported (issue 11: activation cost)."""
+    from helpers import run_python
+
+    code = ("import sys, torch; assert torch.zeros(1, device='cuda').device.type == 'cpu'; "
+            "print(sorted(m for m in sys.modules if m.startswith(('torchdevice_', 'mlx'))))")
+    result = run_python(code, env={"TORCHDEVICE_BACKEND": "cpu"})
+    assert result.returncode == 0 and result.stdout.strip() == "[]", str(result)

@@ -181,6 +181,7 @@ def test_registration_and_unregistration_invalidate_the_cache(router_state):
 def test_api_calls_after_resolution_call_no_hook(router_state, monkeypatch, restore_rng):
     torchdevice.use("cpu")
     torchdevice.get_device_properties()  # properties are fetched once per device, then cached
+    torchdevice.backends()  # a named backend is resolved without asking other plugins: listing all asks once
     calls = []
 
     def forbidden(*args, **kwargs):
@@ -189,7 +190,9 @@ def test_api_calls_after_resolution_call_no_hook(router_state, monkeypatch, rest
 
     monkeypatch.setattr(plugins, "call_each", forbidden)
     monkeypatch.setattr(plugins, "call_first", forbidden)
+    monkeypatch.setattr(plugins, "call_owner", forbidden)
     monkeypatch.setattr(plugins, "load", forbidden)
+    monkeypatch.setattr(plugins, "load_only", forbidden)
     for _ in range(3):
         assert torchdevice.current_backend() == "cpu"
         assert torchdevice.device_type() == "cpu"

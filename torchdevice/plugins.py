@@ -73,22 +73,59 @@ def _env_names(var: str) -> set[str] | None:
     return {n.strip() for n in value.split(",") if n.strip()}
 
 
+def _load_builtin() -> None:
+    if not pm.has_plugin(BUILTIN) and not pm.is_blocked(BUILTIN):
+        from .cpu import plugin as cpu_plugin
+
+        pm.register(cpu_plugin, name=BUILTIN)
+        plugin_info[BUILTIN] = PluginInfo(BUILTIN, "torchdevice", _core_version())
+
+
+def load_only(name: str) -> bool:
+    """Load the built-in backend and the one allowed entry point called ``name`` (nothing else);
+    False when there is no such entry point (a full :func:`load` is then needed)."""
+    if _loaded:
+        return True
+    _load_builtin()
+    _check_env_names()
+    if name == BUILTIN:
+        return True
+    eps = [ep for ep in entry_points(group=GROUP) if ep.name == name]
+    if not eps:
+        return False
+    _load_entry_points(eps)
+    return True
+
+
 def load() -> None:
     """Register the built-in CPU backend and every allowed entry point, once."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    from .cpu import plugin as cpu_plugin
+    _load_builtin()
+    _load_entry_points(entry_points(group=GROUP))
+    _check_env_names()
 
-    pm.register(cpu_plugin, name=BUILTIN)
-    plugin_info[BUILTIN] = PluginInfo(BUILTIN, "torchdevice", _core_version())
+
+_env_checked = False
+
+
+def _check_env_names() -> None:
+    global _env_checked
+    if not _env_checked:
+        _env_checked = True
+        _warn_unknown(_env_names("TORCHDEVICE_PLUGINS"), "TORCHDEVICE_PLUGINS")
+        _warn_unknown(_env_names("TORCHDEVICE_DISABLE_PLUGINS"), "TORCHDEVICE_DISABLE_PLUGINS")
+
+
+def _load_entry_points(eps) -> None:
     allow = _env_names("TORCHDEVICE_PLUGINS")
     block = _env_names("TORCHDEVICE_DISABLE_PLUGINS") or set()
-    for ep in entry_points(group=GROUP):
+    for ep in eps:
         if (allow is not None and ep.name not in allow) or ep.name in block:
             continue
-        if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
+        if pm.has_plugin(ep.name) or pm.is_blocked(ep.name) or ep.name in plugin_info:
             continue
         dist = getattr(ep, "dist", None)
         info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
@@ -102,8 +139,6 @@ def load() -> None:
         except BaseException as exc:  # a broken (or exiting) plugin is reported, never fatal
             plugin_info[ep.name] = info
             _record(ep.name, stage, exc)
-    _warn_unknown(allow, "TORCHDEVICE_PLUGINS")
-    _warn_unknown(block, "TORCHDEVICE_DISABLE_PLUGINS")
 
 
 def blocked() -> set[str]:

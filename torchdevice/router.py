@@ -168,6 +168,29 @@ def discover() -> dict[str, BackendRecord]:
         if _records is not None:
             return _records
         plugins.load()
+        _records = _discover_loaded()
+        if _active is not None:
+            for record in _records.values():
+                record.selected = record.name == _active.name
+        return _records
+
+
+def _named_records(name: str) -> dict[str, BackendRecord]:
+    """Records enough to resolve backend ``name``: when a plugin entry point of that name exists
+    (or it is the built-in), only that plugin is imported and asked -- a slow or broken plugin
+    elsewhere costs a named selection nothing. Otherwise, or if that plugin does not declare
+    ``name``, every plugin is discovered."""
+    with _lock:
+        if _records is not None or not plugins.load_only(name):
+            return discover()
+        records = _discover_loaded()
+        record = records.get(name)
+        return records if record is not None and record.device_type is not None else discover()
+
+
+def _discover_loaded() -> dict[str, BackendRecord]:
+    """Ask the plugins loaded so far for their backends and availability."""
+    with _lock:
         global _priority_error
         try:
             overrides, _priority_error = _priority_overrides(), None
@@ -234,7 +257,6 @@ def discover() -> dict[str, BackendRecord]:
                 reason=f"plugin {failed[problem.stage]}: {problem.error}",
                 problems=[str(problem)],
             )
-        _records = records
         return records
 
 
@@ -244,7 +266,7 @@ def _usable(records: dict[str, BackendRecord]) -> list[str]:
 
 def check(name: str, source: str = "") -> BackendRecord:
     """Return the record of an available backend ``name``, or raise a clear error."""
-    records = discover()
+    records = _named_records(name)
     record = records.get(name)
     if record is None or record.device_type is None:
         known = [r.name for r in records.values() if r.device_type is not None]
@@ -261,12 +283,12 @@ def check(name: str, source: str = "") -> BackendRecord:
 
 def _candidates() -> list[tuple[str, str]]:
     """Backends to try, best first, each with how it was chosen."""
-    records = discover()
     if _requested is not None:
         return [(_requested, "torchdevice.use()")]
     env = os.environ.get(ENV_BACKEND, "").strip()
     if env:
         return [(env, ENV_BACKEND)]
+    records = discover()
     if _priority_error is not None:
         raise _priority_error
     ranked = sorted(
@@ -292,7 +314,8 @@ def _ask(name: str, owner: str, hook: str, errors: list, **extra):
 def _resolve(name: str) -> ActiveBackend:
     errors: list = []
     found = {}
-    owner = discover()[name].plugin
+    record = _named_records(name)[name]
+    owner = record.plugin
     for hook, expected in _EXPECTED.items():
         plugin, found[hook] = _ask(name, owner, f"torchdevice_{hook}", errors)
         if found[hook] is None:
@@ -306,7 +329,6 @@ def _resolve(name: str) -> ActiveBackend:
         why = f"torchdevice_device_count of plugin {owner!r} returned {found['device_count']}, not at least 1"
         plugins.report(plugins.Problem(owner, "torchdevice_device_count", why))
         raise BackendUnavailableError(name, why, [])
-    record = discover()[name]
     spec = BackendSpec(name, record.device_type, record.priority)
     return ActiveBackend(spec, int(found["device_count"]), found["memory"], found["streams"], found["rng"],
                          found["collectives"], owner=owner)
@@ -332,15 +354,15 @@ def _activate() -> ActiveBackend:
             try:
                 backend = _resolve(name)
             except BackendUnavailableError as exc:
-                record = discover().get(name)
+                record = _named_records(name).get(name)
                 if record is not None:
                     record.available, record.reason = False, exc.reason
                     record.problems.append(exc.reason)
                 if source != "priority":
-                    raise BackendUnavailableError(name, exc.reason, _usable(discover()), source) from None
+                    raise BackendUnavailableError(name, exc.reason, _usable(_named_records(name)), source) from None
                 failures.append(str(exc))
                 continue
-            for record in discover().values():
+            for record in _named_records(name).values():
                 record.selected = record.name == name
             _active = backend
             return backend
