@@ -141,6 +141,13 @@ def test_memory_figures_move_with_a_128_mib_tensor():
     peak = torchdevice.max_memory_allocated()
     assert peak >= with_tensor - SLACK  # the peak remembers the tensor
     assert peak - after >= 0.9 * TENSOR_BYTES
+    # every current figure drops with the free; every peak keeps the tensor
+    reserved = torchdevice.memory_reserved()
+    assert with_tensor - reserved >= 0.9 * TENSOR_BYTES, (with_tensor - reserved) / MiB
+    assert torchdevice.max_memory_reserved() - reserved >= 0.9 * TENSOR_BYTES
+    freed = torchdevice.memory_stats()
+    assert with_tensor - freed["allocated_bytes.all.current"] >= 0.9 * TENSOR_BYTES
+    assert freed["allocated_bytes.all.peak"] - freed["allocated_bytes.all.current"] >= 0.9 * TENSOR_BYTES
 
     torchdevice.reset_peak_memory_stats()
     reset_peak = torchdevice.max_memory_allocated()

@@ -64,3 +64,42 @@ def test_unpatch_restores_every_torch_attribute_by_identity():
     assert _diff(before, patched), "patch() changed nothing: the comparison would prove nothing"
     assert _diff(before, after) == []
     assert copyreg.dispatch_table.get(torch.device) is pickler
+
+
+FRESH = """
+import copyreg, importlib, json, torch
+import torch.distributed, torch.nn, torch.utils.data
+import torchdevice
+from torchdevice import translate
+import test_unpatch as t
+for name in translate.INSTALLERS:  # what translation needs, imported but never installed
+    importlib.import_module(name)
+torchdevice.use("cpu")
+before, pickler = t._snapshot(), copyreg.dispatch_table.get(torch.device)
+torchdevice.patch()
+patched = t._snapshot()
+torchdevice.unpatch()
+after = t._snapshot()
+import sys
+def imported_submodule(name):  # torch's own submodule, imported by the first patch (not a leftover)
+    owner, _, attr = name.rpartition(".")
+    return sys.modules.get(name) is not None and getattr(sys.modules.get(owner), attr, None) is sys.modules[name]
+left = [n for n in t._diff(before, after) if not imported_submodule(n)]
+print(json.dumps({"patched": len(t._diff(before, patched)), "left": left,
+                  "pickler": copyreg.dispatch_table.get(torch.device) is pickler}))
+"""
+
+
+def test_first_unpatch_restores_what_was_there_before_any_patch():
+    """The baseline is taken in a fresh process before translation was ever installed, so
+    whatever the first unpatch() leaves behind shows up (a warm-up patch would hide it)."""
+    import json
+    from pathlib import Path
+
+    from helpers import run_python
+
+    result = run_python(FRESH, env={"TORCHDEVICE_PLUGINS": ""}, pythonpath=[Path(__file__).parent])
+    assert result.returncode == 0, str(result)
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["patched"] > 100, found  # patch() changed things: the comparison proves something
+    assert found["left"] == [] and found["pickler"], found
