@@ -131,7 +131,7 @@ class _Fake(CPUBackend):
 def test_a_good_plugin_passes_every_check():
     report = check_backend(_Fake())
     assert report.ok and {r.name for r in report.results if r.ok} == {
-        "spec", "hookimpls", "availability", "families", "tags", "unsupported", "router"}
+        "spec", "hookimpls", "availability", "families", "tags", "unsupported", "router", "behaviour"}
 
 
 def test_raising_availability_is_caught():

@@ -114,7 +114,10 @@ class HostStream:
 
     backend: ClassVar[str] = "cpu"
     device_type: ClassVar[str] = "cpu"
-    device_count: ClassVar[int | None] = None  #: None: host_device_count()
+    #: how many devices the stream's backend has, for checking ``Stream(device=i)``; None: as
+    #: many as :func:`host_device_count` says (one per local rank, or TORCHDEVICE_DEVICE_COUNT)
+    device_count: ClassVar[int | None] = None
+    _event_class: ClassVar[type | None] = None  #: set by HostStreamOps subclasses (see there)
     _ids: ClassVar = itertools.count(1)
 
     def __init__(self, device=None, priority: int = 0, **kwargs):
@@ -172,7 +175,9 @@ class HostStream:
 
     @classmethod
     def event_class(cls) -> type:
-        return HostEvent
+        """The Event class :meth:`record_event` creates: the one paired with this stream class by
+        its :class:`HostStreamOps` (so it is the namespace's ``torch.cuda.Event``)."""
+        return cls._event_class or HostEvent
 
     def __enter__(self):
         self._saved.append((current_device_of(self.backend), current_stream_of(self.backend, self.device_index)))
@@ -300,17 +305,29 @@ class HostStreamOps(StreamOps):
     Stream: ClassVar[type] = HostStream
     Event: ClassVar[type] = HostEvent
 
+    def __init_subclass__(cls, **kwargs):
+        # Pair the subclass's own Stream and Event classes (record_event() makes this Event,
+        # Event.record() defaults to this Stream), unless a class already says otherwise.
+        super().__init_subclass__(**kwargs)
+        stream, event = cls.Stream, cls.Event
+        if stream is not HostStream and "_event_class" not in vars(stream) and "event_class" not in vars(stream):
+            stream._event_class = event
+        if event is not HostEvent and "stream_class" not in vars(event):
+            event.stream_class = stream
+
     def __init__(self, backend: str):
         super().__init__(backend)
-        _stream_classes[backend] = self.Stream
+        # Per-thread state is keyed by the stream classes' backend: a plugin reusing another
+        # backend's classes (CPUStreams under its own name) shares that state consistently.
+        _stream_classes.setdefault(self.Stream.backend, self.Stream)
 
     @emulated("per-thread current device, as CUDA's")
     def current_device(self) -> int:
-        return current_device_of(self.backend)
+        return current_device_of(self.Stream.backend)
 
     @emulated("per-thread current device, as CUDA's")
     def set_device(self, index: int) -> None:
-        set_current_device_of(self.backend, index)
+        set_current_device_of(self.Stream.backend, index)
 
     @noop("work is complete when its call returns")
     def synchronize(self, index: int) -> None:
@@ -318,7 +335,7 @@ class HostStreamOps(StreamOps):
 
     @emulated("per-thread current stream, as CUDA's")
     def current_stream(self, index: int):
-        return current_stream_of(self.backend, index)
+        return current_stream_of(self.Stream.backend, index)
 
     @emulated("one default stream per device, shared by all threads")
     def default_stream(self, index: int):

@@ -52,6 +52,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
@@ -601,17 +602,42 @@ def check_families(plugin) -> str:
     props = plugin.torchdevice_device_properties(name=name, index=0)
     assert isinstance(props, DeviceProperties), f"device_properties(0) returned {props!r}"
     assert isinstance(props.name, str) and isinstance(props.total_memory, int) and props.total_memory >= 0
+    for index in range(1, count):  # every device, not only the first
+        other = plugin.torchdevice_device_properties(name=name, index=index)
+        assert isinstance(other, DeviceProperties), f"device_properties({index}) returned {other!r} ({count} devices)"
     for family, ops in _families(plugin).items():
         assert isinstance(ops, FAMILIES[family]), f"torchdevice_{family} returned {ops!r}, not a {FAMILIES[family].__name__}"
         assert ops.backend == name, f"{family} ops say backend {ops.backend!r}, not {name!r}"
     return f"{count} device(s), device 0: {props.name}"
 
 
+def _families_without_hardware(plugin) -> dict[str, Any]:
+    """The family objects, also for a backend not available here (the matrix reads their tags
+    without hardware); skipped only when the plugin cannot build them without it."""
+    try:
+        families = _families(plugin)
+    except Exception as exc:
+        if _available_or_none(plugin):
+            raise
+        raise _Skip(f"not available here, and its families need the hardware: {type(exc).__name__}: {exc}") from None
+    if any(ops is None for ops in families.values()):
+        _available(plugin)
+        raise AssertionError(f"a family hook returned None: {families}")
+    return families
+
+
+def _available_or_none(plugin) -> bool:
+    try:
+        return bool(plugin.torchdevice_availability(name=_spec(plugin).name))
+    except Exception:
+        return False
+
+
 def check_tags(plugin) -> str:
-    """Every operation of every family carries a status tag (native/translated/emulated/no-op/unsupported)."""
-    _available(plugin)
+    """Every operation of every family carries a status tag (native/translated/emulated/no-op/unsupported);
+    checked without hardware too."""
     untagged, counts = [], collections.Counter()
-    for family, ops in _families(plugin).items():
+    for family, ops in _families_without_hardware(plugin).items():
         for op in type(ops).operations():
             fn = getattr(type(ops), op)
             tag = getattr(fn, STATUS_ATTR, None) or getattr(getattr(fn, "__func__", None), STATUS_ATTR, None)
@@ -645,6 +671,101 @@ def check_unsupported(plugin) -> str:
 
 def _supported(ops, op: str) -> bool:
     return status_of(ops, op)[0] is not Status.UNSUPPORTED
+
+
+def _check_event_timing(active) -> str:
+    import torchdevice
+
+    start, end = torchdevice.Event(enable_timing=True), torchdevice.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.05)
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end)
+    assert 40 <= ms <= 5000, f"elapsed_time around a 50 ms sleep gave {ms!r}: it must be in milliseconds"
+    recorded = torchdevice.current_stream().record_event()
+    assert isinstance(recorded, active.streams.Event), (
+        f"current_stream().record_event() made a {type(recorded).__name__}, not the backend's Event class "
+        f"{active.streams.Event.__name__} (pair the Stream and Event classes)")
+    return "event timing in ms, record_event() makes the backend's Event"
+
+
+def _in_thread(fn) -> Any:
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # reported in the calling thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _check_per_thread(active, count: int) -> str:
+    import torchdevice
+
+    done = []
+    if _supported(active.streams, "set_device") and count >= 2:
+        torchdevice.set_device(1)
+        try:
+            seen = _in_thread(torchdevice.current_device)
+            assert seen == 0, f"a new thread starts on device {seen} after another thread's set_device(1): " \
+                              "the current device must be per thread (it starts on 0), as CUDA's"
+            assert torchdevice.current_device() == 1
+        finally:
+            torchdevice.set_device(0)
+        done.append("per-thread current device")
+    if _supported(active.streams, "set_stream") and _supported(active.streams, "current_stream"):
+        side = torchdevice.Stream()
+        with torchdevice.stream(side):
+            other = _in_thread(torchdevice.current_stream)
+            assert other == torchdevice.default_stream(), (
+                "a new thread sees another thread's current stream: it must start on the default stream")
+            assert torchdevice.current_stream() == side
+        done.append("per-thread current stream")
+    return ", ".join(done)
+
+
+def _check_memory_moves(active, device_type: str) -> str:
+    import torchdevice
+
+    if not _supported(active.memory, "memory_allocated") or status_of(active.memory, "memory_allocated")[0] is Status.NOOP:
+        return "memory not tracked (declared)"
+    source = next(s for s in ("cuda", "mps", "xpu", "mtia") if s != device_type)
+    size = 64 << 20
+    with torchdevice.patched():  # the backend's tensors: what a translated program allocates
+        before = torchdevice.memory_allocated()
+        held = torch.ones(size // 4, device=source)
+        torchdevice.synchronize()
+        grew = torchdevice.memory_allocated() - before
+        del held
+    assert grew >= 0.9 * size, (
+        f"memory_allocated moved by {grew} bytes when a {size >> 20} MiB tensor was allocated on the backend "
+        "(tag memory_allocated noop/unsupported if the backend does not track memory)")
+    return "memory_allocated moves with a 64 MiB tensor"
+
+
+def check_behaviour(plugin) -> str:
+    """What a plugin can get wrong behind correct types: event timing units, Event/Stream classes,
+    per-thread current device and stream, memory figures that move with the backend's tensors."""
+    import torchdevice
+
+    spec = _spec(plugin)
+    _available(plugin)
+    with registered(plugin), torchdevice.use(spec.name):
+        active = router.active()
+        done = []
+        if all(_supported(active.streams, op) for op in ("current_stream", "synchronize")):
+            done.append(_check_event_timing(active))
+        done.append(_check_per_thread(active, active.device_count))
+        done.append(_check_memory_moves(active, spec.device_type))
+    return "; ".join(d for d in done if d)
 
 
 def check_router(plugin) -> str:
@@ -685,7 +806,9 @@ def check_router(plugin) -> str:
                 torchdevice.current_stream()
                 done.append("current_stream")
             if _supported(active.rng, "get_rng_state") and _supported(active.rng, "set_rng_state"):
-                state = torchdevice.get_rng_state()
+                state = torchdevice.get_rng_state().clone()
+                if _supported(active.rng, "manual_seed"):
+                    torchdevice.manual_seed(12345)  # move the generator, so a set_rng_state that does nothing shows
                 torchdevice.set_rng_state(state)
                 assert torch.equal(torchdevice.get_rng_state(), state), "get_rng_state after set_rng_state differs"
                 done.append("rng round trip")
@@ -701,6 +824,7 @@ CHECKS: dict[str, Callable[[Any], str]] = {
     "tags": check_tags,
     "unsupported": check_unsupported,
     "router": check_router,
+    "behaviour": check_behaviour,
 }
 
 
@@ -785,6 +909,9 @@ class BackendConformance:
 
     def test_conformance_router(self, plugin):
         self._run(plugin, "router")
+
+    def test_conformance_behaviour(self, plugin):
+        self._run(plugin, "behaviour")
 
 
 # =============================================================================================
@@ -988,9 +1115,10 @@ class NamespaceContract:
         assert not found.available and "driver exploded" in found.reason, found
 
     def test_standin_conformance(self):
-        """stand-in, not hardware-verified: the conformance suite, router included, over the stand-in."""
+        """stand-in, not hardware-verified: the conformance suite, router included, over the stand-in
+        (not the behaviour check: a stand-in's events, threads and memory do not behave)."""
         backend, _ = self.make()
-        check_backend(backend)
+        check_backend(backend, checks=[c for c in CHECKS if c != "behaviour"])
 
 
 class UnavailableHere:

@@ -44,7 +44,13 @@ def lowered_names() -> set[str]:
 
 
 def selected_opinfos(names: list[str] | None = None):
+    frozen = torch.backends.flags_frozen()
     from torch.testing._internal.common_methods_invocations import op_db
+
+    if not frozen and torch.backends.flags_frozen():
+        # torch's test utilities freeze torch.backends flags on import (for torch's own suite);
+        # leave the process as it was
+        torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
 
     wanted = set(names) if names else lowered_names() | set(EXTRA)
     wanted -= UNCOMPARABLE

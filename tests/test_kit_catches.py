@@ -1,0 +1,165 @@
+"""The vendor kit catches the mistakes a plugin author makes (issue 12).
+
+A correct two-device host backend with its own Stream/Event classes passes every check; each
+planted bug, one at a time in a subclass, must make :func:`torchdevice.testing.check_backend`
+report a failure in the check named.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchdevice import hookimpl
+from torchdevice.backend import Availability, DeviceProperties, translated
+from torchdevice.cpu import CPUBackend, CPUMemory, CPURNG, CPUStreams
+from torchdevice.streams import HostEvent, HostStream, current_device_of
+from torchdevice.testing import check_backend
+
+
+class KitStream(HostStream):
+    backend = "kitchip"
+    device_count = 2
+
+
+class KitEvent(HostEvent):
+    backend = "kitchip"
+
+
+class KitStreams(CPUStreams):
+    Stream = KitStream
+    Event = KitEvent
+
+
+class KitBackend(CPUBackend):
+    """A correct host backend with two logical devices."""
+
+    name = "kitchip"
+    priority = 5
+    description = "kit test backend"
+    streams_class = KitStreams
+
+    def availability(self):
+        return Availability(True, "kit test backend", automatic=False)
+
+    def device_count(self):
+        return 2
+
+    def streams(self):
+        return self.streams_class(self.name)
+
+
+# -- the planted bugs --------------------------------------------------------------------------
+
+
+class SecondsEvent(KitEvent):
+    def elapsed_time(self, end_event):
+        return super().elapsed_time(end_event) / 1000  # seconds, not milliseconds
+
+
+class SecondsStreams(CPUStreams):
+    Stream = type("SecondsStream", (KitStream,), {})
+    Event = SecondsEvent
+
+
+class GlobalDeviceStreams(KitStreams):
+    _device = [0]
+
+    @translated("one current device for every thread (wrong)")
+    def current_device(self):
+        return self._device[0]
+
+    @translated("one current device for every thread (wrong)")
+    def set_device(self, index):
+        self._device[0] = index
+
+
+class ZeroMemory(CPUMemory):
+    @translated("always 0 (wrong)")
+    def memory_allocated(self, index):
+        return 0
+
+
+class UntaggedMemory(CPUMemory):
+    def memory_allocated(self, index):  # no status tag
+        return super().memory_allocated(index)
+
+
+class NoRoundTripRNG(CPURNG):
+    @translated("ignores the state (wrong)")
+    def set_rng_state(self, state, index):
+        return None
+
+
+class UnpairedStream(KitStream):
+    @classmethod
+    def event_class(cls):
+        return HostEvent  # record_event() makes the CPU backend's event
+
+
+class UnpairedStreams(CPUStreams):
+    Stream = UnpairedStream
+    Event = type("UnpairedEvent", (KitEvent,), {})
+
+
+def _plant(bug: str):
+    if bug == "seconds":
+        return type("B", (KitBackend,), {"streams_class": SecondsStreams})()
+    if bug == "global_device":
+        return type("B", (KitBackend,), {"streams_class": GlobalDeviceStreams})()
+    if bug == "memory_zero":
+        return type("B", (KitBackend,), {"memory": lambda self: ZeroMemory(self.name)})()
+    if bug == "untagged":
+        return type("B", (KitBackend,), {"memory": lambda self: UntaggedMemory(self.name)})()
+    if bug == "rng":
+        return type("B", (KitBackend,), {"rng": lambda self: NoRoundTripRNG(self.name)})()
+    if bug == "event_class":
+        return type("B", (KitBackend,), {"streams_class": UnpairedStreams})()
+    if bug == "count_vs_properties":
+        def device_properties(self, index):
+            if index > 0:
+                raise IndexError(f"no device {index}")
+            return DeviceProperties(name="kit", total_memory=1 << 30)
+        return type("B", (KitBackend,), {"device_properties": device_properties})()
+    if bug == "availability_raises":
+        def availability(self):
+            raise RuntimeError("driver missing")
+        return type("B", (KitBackend,), {"availability": availability})()
+    if bug == "misspelled_hook":
+        @hookimpl
+        def torchdevice_availabilty(self, name):
+            return None
+        return type("B", (KitBackend,), {"torchdevice_availabilty": torchdevice_availabilty})()
+    raise AssertionError(bug)
+
+
+PLANTED = {  # bug -> the check that must fail
+    "seconds": "behaviour",
+    "global_device": "behaviour",
+    "memory_zero": "behaviour",
+    "event_class": "behaviour",
+    "untagged": "tags",
+    "rng": "router",
+    "count_vs_properties": "families",
+    "availability_raises": "availability",
+    "misspelled_hook": "hookimpls",
+}
+
+
+def test_a_correct_backend_passes_every_check():
+    report = check_backend(KitBackend(), raise_on_failure=False)
+    assert report.ok, str(report)
+    assert all(r.ok for r in report.results), str(report)  # nothing skipped either
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_kit_catches_the_planted_bug(bug):
+    report = check_backend(_plant(bug), raise_on_failure=False)
+    failed = {r.name: r.detail for r in report.failures}
+    assert PLANTED[bug] in failed, str(report)
+
+
+def test_paired_classes_make_record_event_the_backends_event():
+    assert KitStream.event_class() is KitEvent and KitEvent.stream_class is KitStream
+    assert isinstance(KitStream(0).record_event(), KitEvent)
+    assert current_device_of("kitchip") == 0
+    assert torch.equal(torch.ones(1), torch.ones(1))
