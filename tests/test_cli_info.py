@@ -63,7 +63,8 @@ def test_info_table_matches_json(runs):
     result = runs["text"]
     assert result.returncode == 0, result
     info = runs["json"].json()
-    lines = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("problem: ")]
+    table, _, descriptions = result.stdout.partition("\n\n")  # the table, then one description per backend
+    lines = [line for line in table.splitlines() if line.strip() and not line.startswith("problem: ")]
     header = lines[0].split()
     assert header == ["backend", "plugin", "version", "device", "priority", "available", "selected", "notes"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
@@ -74,6 +75,10 @@ def test_info_table_matches_json(runs):
     for backend in info["backends"]:
         expected = ("yes" if backend["automatic"] else "on") if backend["available"] else "no"
         assert rows[backend["name"]][5] == expected, (backend, rows[backend["name"]])
+        if backend["description"]:
+            described = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in descriptions.splitlines()
+                         if line.strip() and not line.startswith("problem: ")}
+            assert described[backend["name"]] == backend["description"], described
 
 
 def test_unknown_backend_from_env_fails_listing_cpu(runs):

@@ -418,7 +418,8 @@ def test_entry_point_plugin_outranks_cpu_in_info_json(runs):
 def test_entry_point_plugin_in_info_table_of_console_script(runs):
     result = runs["info_text"]
     assert result.returncode == 0, result
-    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.strip()}
+    table = result.stdout.partition("\n\n")[0]  # the descriptions follow a blank line
+    rows = {line.split()[0]: line.split() for line in table.splitlines() if line.strip()}
     assert rows["backend"][:3] == ["backend", "plugin", "version"]
     assert rows["fastchip"][1:6] == ["acme-fastchip", "0.3.1", "cpu", "10000", "yes"]
     assert rows["fastchip"][6] == "*"
@@ -512,7 +513,8 @@ def test_broken_plugins_are_reported_and_isolated_in_info_json(runs):
 
 def test_broken_plugins_in_info_table(runs):
     lines = runs["mixed"]["default"]["info_text"].splitlines()
-    rows = {line.split()[0]: line for line in lines if line.strip()}
+    table = runs["mixed"]["default"]["info_text"].partition("\n\n")[0]  # descriptions follow a blank line
+    rows = {line.split()[0]: line for line in table.splitlines() if line.strip()}
     assert "*" in rows["fastchip"].split()
     assert "brokenchip_vendor_sdk" in rows["brokenchip"]
     problem_lines = [line for line in lines if line.startswith("problem: ")]

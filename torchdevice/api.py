@@ -27,6 +27,7 @@ __all__ = [
     "set_device",
     "device",
     "synchronize",
+    "dist_backend",
     "get_device_properties",
     "get_device_name",
     "get_device_capability",
@@ -156,6 +157,15 @@ def synchronize(device=None) -> None:
         >>> torchdevice.synchronize()
     """
     active().streams.synchronize(_index(device))
+
+
+def dist_backend() -> str | None:
+    """The ``torch.distributed`` engine of the active backend (``"nccl"`` on CUDA, ``"gloo"`` on
+    the CPU backend), or None when it declares none. Example::
+
+        >>> torch.distributed.init_process_group(torchdevice.dist_backend())
+    """
+    return active().collectives.dist_backend
 
 
 def get_device_properties(device=None) -> DeviceProperties:

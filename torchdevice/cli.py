@@ -40,6 +40,12 @@ def _info(args) -> int:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
         for row in rows:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        described = [r for r in records if r.description]
+        if described:
+            print()
+            width = max(len(r.name) for r in described)
+            for r in described:
+                print(f"{r.name.ljust(width)}  {r.description}")
         for problem in problems:
             print(f"problem: {problem}")
     if error:

@@ -48,6 +48,7 @@ class BackendRecord:
     automatic: bool = True
     selected: bool = False
     problems: list[str] = field(default_factory=list)
+    description: str = ""  #: the plugin's one-line description of the backend
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -236,6 +237,7 @@ def _discover_loaded() -> dict[str, BackendRecord]:
                 reason=avail.reason,
                 automatic=avail.automatic,
                 problems=[str(e) for e in errors],
+                description=spec.description if isinstance(spec.description, str) else "",
             )
         # plugins that never declared a backend because they broke: report them too
         failed = {"import": "failed to import", "validate": "failed validation",
