@@ -15,12 +15,11 @@ import threading
 
 import pluggy
 import pytest
-import torch
 
 import torchdevice
 from helpers import FIXTURES, make_backend, run_command, run_concurrently, run_torchdevice, write_plugin
 from torchdevice import plugins, router
-from torchdevice.errors import BackendNotFoundError, BackendUnavailableError, TorchDeviceError
+from torchdevice.errors import BackendNotFoundError, BackendUnavailableError
 
 
 def top_priority() -> int:
