@@ -74,15 +74,32 @@ def test_properties_come_from_the_os():
     mem_total = proc_kib("/proc/meminfo", "MemTotal")
     assert abs(props.total_memory - mem_total) <= 0.02 * mem_total
     assert props.multi_processor_count == os.cpu_count()
-    assert props.major is None and props.minor is None and props.capability is None
+    assert (props.major, props.minor) == props.capability == (8, 0)  # the bf16 feature level (below)
     assert torchdevice.is_bf16_supported() is True
     assert torch.ones(2, dtype=torch.bfloat16).sum().item() == 2.0
 
 
-def test_capability_is_not_made_up():
-    with pytest.raises(UnsupportedError, match="get_device_capability.*'cpu'") as info:
-        torchdevice.get_device_capability()
-    assert isinstance(info.value, NotImplementedError)
+def test_capability_is_the_feature_level_the_target_offers(monkeypatch):
+    # torch computes bfloat16 on every CPU: CUDA's first level with bf16 is (8, 0)
+    assert torch.ones(2, dtype=torch.bfloat16).matmul(torch.ones(2, dtype=torch.bfloat16)).item() == 2.0
+    assert torchdevice.is_bf16_supported() and torchdevice.get_device_capability() == (8, 0)
+    monkeypatch.setenv("TORCHDEVICE_CAPABILITY", "8.6")
+    torchdevice.use("cpu")  # properties are cached per resolution
+    assert torchdevice.get_device_capability() == (8, 6)
+    assert torchdevice.get_device_properties().major == 8 and torchdevice.get_device_properties().minor == 6
+    for bad in ("8", "eight.six", "8.10", "-1.0"):
+        monkeypatch.setenv("TORCHDEVICE_CAPABILITY", bad)
+        torchdevice.use("cpu")
+        with pytest.raises(ValueError, match=f"TORCHDEVICE_CAPABILITY={bad!r} is not valid: MAJOR.MINOR"):
+            torchdevice.get_device_capability()
+
+
+def test_no_bf16_means_the_fp16_level():
+    from torchdevice.backend import DeviceProperties
+    from torchdevice.capability import profile
+
+    assert profile(DeviceProperties("x", 1, bf16_supported=False)) == (7, 0)
+    assert profile(DeviceProperties("x", 1, bf16_supported=True)) == (8, 0)
 
 
 @pytest.mark.parametrize("call", [

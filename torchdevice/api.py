@@ -14,7 +14,6 @@ import torch
 
 from . import router
 from .backend import DeviceProperties
-from .errors import UnsupportedError
 from .streams import parse_index
 
 active = router.active
@@ -195,21 +194,14 @@ def get_device_name(device=None) -> str:
 def get_device_capability(device=None) -> tuple[int, int]:
     """Return ``device``'s compute capability ``(major, minor)``.
 
-    Raises :class:`~torchdevice.UnsupportedError` on a backend that has none
-    (CPU, MPS, MLX) rather than making one up. Example::
+    A backend whose devices have none (CPU, MPS, MLX) answers with the CUDA feature level the
+    device offers: ``(8, 0)`` with bfloat16, else ``(7, 0)``; ``TORCHDEVICE_CAPABILITY=8.6``
+    overrides that (see :mod:`torchdevice.capability`). Example::
 
         >>> torchdevice.get_device_capability()  # on an H100
         (9, 0)
     """
-    props = get_device_properties(device)
-    if props.capability is None:
-        raise UnsupportedError(
-            "get_device_capability",
-            active().name,
-            "this backend has no compute capability; test features with is_bf16_supported() "
-            "or get_device_properties() instead",
-        )
-    return props.capability
+    return get_device_properties(device).capability
 
 
 def is_bf16_supported(device=None) -> bool:

@@ -139,9 +139,11 @@ class Availability:
 class DeviceProperties:
     """Properties of one device, with the field names of ``torch.cuda.get_device_properties``.
 
-    ``major``/``minor`` are ``None`` where the backend has no compute
-    capability (CPU, MPS, MLX): torchdevice does not make one up. ``raw`` is
-    the backend's own property object or dict, when it has one.
+    A backend leaves ``major``/``minor`` ``None`` where its devices have no
+    compute capability (CPU, MPS, MLX); the router then fills in the CUDA
+    feature level the device offers (:mod:`torchdevice.capability`), so the
+    program's question is answered. ``raw`` is the backend's own property
+    object or dict, when it has one.
     """
 
     name: str

@@ -534,9 +534,18 @@ def _b_recommended_max_memory(fx, ns, name):
     return recommended_max_memory
 
 
-_unsupported("get_device_capability",
-             "compute capability is specific to {ns} devices and the {backend} backend has none; test "
-             "features with torch.{ns}.is_bf16_supported() or torch.{ns}.get_device_properties()")
+@_spec("get_device_capability", declared(
+    TRANSLATED, "the {backend} device's capability, or where it has none the CUDA feature level it offers: "
+    "(8, 0) with bfloat16, else (7, 0); TORCHDEVICE_CAPABILITY=MAJOR.MINOR overrides (torchdevice.capability)",
+))
+def _b_get_device_capability(fx, ns, name):
+    props, index = fx.active.properties, fx.index
+
+    def get_device_capability(device=None) -> tuple[int, int]:
+        return props(index(device)).capability
+
+    return get_device_capability
+
 _unsupported("is_tf32_supported",
              "TF32 is a tensor-core format of NVIDIA GPUs and the {backend} backend reports no TF32 support; "
              "setting torch.backends.cuda.matmul.allow_tf32 is harmless where TF32 does not exist")

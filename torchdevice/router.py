@@ -83,7 +83,9 @@ class ActiveBackend:
             if props is None:
                 why = f": {errors[0]}" if errors else ""
                 raise TorchDeviceError(f"backend {self.name!r} gave no properties for device {index}{why}")
-            self._properties[index] = props
+            from .capability import complete  # a device without a capability answers with its profile
+
+            props = self._properties[index] = complete(props)
         return props
 
 

@@ -97,9 +97,10 @@ def test_properties(on_mlx):
     props = torchdevice.get_device_properties()
     info = mx.device_info()
     assert props.name == info["device_name"] and props.total_memory == mlx_backend.total_memory() > 0
-    assert props.bf16_supported and props.capability is None and props.raw == info
-    with pytest.raises(UnsupportedError):
-        torchdevice.get_device_capability()
+    assert props.bf16_supported and props.raw == info
+    # MLX devices have no compute capability: the router answers with the bf16 feature level
+    assert mlx_backend.MLXBackend().device_properties(0).capability is None
+    assert torchdevice.get_device_capability() == props.capability == (8, 0)
 
 
 def test_conformance():

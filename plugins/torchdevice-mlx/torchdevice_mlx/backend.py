@@ -18,7 +18,8 @@ Availability
 Properties
   ``name`` from ``mx.device_info()["device_name"]``; ``total_memory`` from
   its ``memory_size``/``total_memory`` where MLX reports one (Metal), else the
-  host's physical memory (the device *is* the host); no compute capability;
+  host's physical memory (the device *is* the host); no compute capability of its own (the router answers with
+  the bf16 feature level, see torchdevice.capability);
   bfloat16 supported (MLX and torch's host kernels both compute it).
 
 Memory (every figure from MLX's allocator, in bytes)

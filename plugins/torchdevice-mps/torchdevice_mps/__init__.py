@@ -14,7 +14,8 @@ Discovery
   recommended working-set size for this process, the budget MPS measures
   memory fractions against (unified memory has no separate VRAM size);
   ``multi_processor_count`` is the GPU core count
-  (``torch.backends.mps.get_core_count()``); no compute capability
+  (``torch.backends.mps.get_core_count()``); no compute capability of its own (the router
+  answers with the feature level, see torchdevice.capability)
   (``major``/``minor`` are ``None``); bfloat16 needs macOS 14
   (``torch.backends.mps.is_macos_or_newer(14, 0)``).
 
