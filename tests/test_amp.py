@@ -100,6 +100,21 @@ def test_explicit_dtype_is_honoured(patched):
         assert model(x).dtype is torch.float32
 
 
+def test_float32_autocast_is_silent_and_computes_in_float32(on_cpu):
+    """CUDA accepts autocast(dtype=float32) silently; CPU autocast warns and disables itself."""
+    translate.unpatch()
+    model, x, _ = _model_and_data()
+    native = model(x)  # float32, computed without torchdevice
+    with translate.patched(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=FutureWarning)  # torch.cuda.amp's deprecation, native too
+        for make in (lambda: torch.autocast("cuda", dtype=torch.float32),
+                     lambda: torch.cuda.amp.autocast(dtype=torch.float32)):
+            with make():
+                out = model(x)
+            assert out.dtype is torch.float32 and torch.equal(out, native)
+
+
 def test_env_overrides_implicit_dtype(on_cpu, monkeypatch):
     monkeypatch.setenv(amp.ENV_AMP_DTYPE, "float16")
     translate.unpatch()

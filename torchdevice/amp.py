@@ -155,6 +155,10 @@ def install(patcher, target) -> None:
                     RuntimeWarning, stacklevel=3,
                 )
             return device_type, dtype, False
+        if dtype is torch.float32:
+            # CUDA accepts float32 (its ops then compute in float32) where CPU autocast warns and
+            # turns itself off: the same numbers, so turn it off quietly
+            return tt, dtype, False
         return tt, dtype if dtype is not None else implicit, enabled
 
     @functools.wraps(base_init)
