@@ -73,7 +73,8 @@ def _note_fallback(name: str) -> None:
         first = name not in _logged
         _logged.add(name)
     if first:
-        log.warning("torchdevice mlx: %s has no MLX lowering; it runs on the host (torch CPU)", name)
+        # info, not warning: torchdevice prints nothing unless TORCHDEVICE_LOG asks (README)
+        log.info("torchdevice mlx: %s has no MLX lowering; it runs on the host (torch CPU)", name)
 
 
 # -- dtypes -----------------------------------------------------------------
