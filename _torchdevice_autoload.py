@@ -33,4 +33,4 @@ def hook() -> None:
     except BaseException as exc:  # an exception here would break `import torch` itself (SystemExit too)
         import warnings
 
-        warnings.warn(f"torchdevice: zero-code activation failed: {type(exc).__name__}: {exc}", RuntimeWarning)
+        warnings.warn(f"torchdevice: zero-code activation failed: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)

@@ -16,9 +16,9 @@ import time
 import mlx.core as mx
 import torch
 import torch.nn.functional as F
-from torchdevice_mlx.tensor import MLXTensor
 
 import torchdevice
+from torchdevice_mlx.tensor import MLXTensor
 
 
 def _dispatch_only(x, n: int = 2000) -> float:

@@ -8,7 +8,8 @@ same code on both sides: its ratio shows the measurement noise. Run::
 
     python benchmarks/bench_translation.py [--rounds 40] [--number 20000] [--json FILE]
 
-Budgets (issue 3): no-device ops 1.00x (checked as <= 1.02x: both sides run the same code, the rest is noise), torch.device 2.5x, factory 1.3x, .to 3x.
+Budgets (issue 3): no-device ops 1.00x (checked as <= 1.02x: both sides run the same code, the
+rest is noise), torch.device 2.5x, factory 1.3x, .to 3x.
 """
 from __future__ import annotations
 

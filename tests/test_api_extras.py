@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
+from helpers import run_command
+
 import torchdevice
 from torchdevice.cpu import CPUBackend, CPUCollectives
-
-from helpers import run_command
 
 
 def test_dist_backend_is_the_active_backends_engine(on_cpu):

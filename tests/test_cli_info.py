@@ -11,7 +11,6 @@ import sys
 from importlib.metadata import version
 
 import pytest
-
 from helpers import run_command, run_concurrently, run_torchdevice
 
 

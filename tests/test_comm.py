@@ -7,13 +7,12 @@ memory is checked on ``meta`` tensors.
 """
 from __future__ import annotations
 
-
 import pytest
 import torch
+from helpers import make_backend
 
 import torchdevice
 import torchdevice.comm as tdcomm
-from helpers import make_backend
 from torchdevice.backend import Status
 from torchdevice.comm import DeviceComm, NativeCUDAComm
 

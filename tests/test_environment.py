@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from helpers import run_command, run_concurrently
 
 PROGRAM = "import torch; print(torch.zeros(1, device='cuda').device)"

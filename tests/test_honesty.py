@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_command, run_torchdevice
 
 import torchdevice
 from torchdevice import UnsupportedError, catalog, namespaces, router, trace, translate
 from torchdevice.backend import STATUS_ATTR
 from torchdevice.data import catalog_examples as ex
-from helpers import run_command, run_torchdevice
 
 DEVICE_ENTRIES = [e for e in catalog.entries() if e.section != "DISTRIBUTED_COMPUTING"]
 DIST_ENTRIES = catalog.entries("DISTRIBUTED_COMPUTING")

@@ -11,7 +11,7 @@ import torch
 
 from torchdevice import hookimpl
 from torchdevice.backend import Availability, DeviceProperties, translated
-from torchdevice.cpu import CPUBackend, CPUMemory, CPURNG, CPUStreams
+from torchdevice.cpu import CPURNG, CPUBackend, CPUMemory, CPUStreams
 from torchdevice.streams import HostEvent, HostStream, current_device_of
 from torchdevice.testing import check_backend
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_torchdevice
 
 from torchdevice import catalog, matrix, namespaces, router, translate
 from torchdevice.backend import Status, emulated, translated, unsupported
 from torchdevice.cpu import CPUBackend, CPUMemory
-from helpers import run_torchdevice
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compatibility.md"
 

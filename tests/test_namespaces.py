@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 
 import pytest
 import torch
@@ -73,9 +72,9 @@ def test_unpatch_after_a_backend_switch_and_repatch(on_cpu):
 
 
 def test_alias_taken_before_patching_sees_the_translation(patched):
-    from torchdevice import router
-
     import torch as t  # noqa: F401
+
+    from torchdevice import router
 
     cuda = __import__("torch").cuda  # the module object: patched in place
     assert cuda.is_available() is True

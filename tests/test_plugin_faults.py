@@ -10,7 +10,6 @@ import json
 import sys
 
 import pytest
-
 from helpers import run_command, run_concurrently, write_plugin
 
 PROGRAM = "import torch; print(torch.zeros(1, device='cuda').device)"

@@ -93,7 +93,7 @@ def test_view_is_a_snapshot():
     module.memory_allocated = lambda i: 2  # e.g. a later translation patch
     assert view.memory_allocated(0) == 1 and not view.has("memory_reserved")
     with pytest.raises(AttributeError, match="torch.fake has no attribute 'memory_reserved'"):
-        view.memory_reserved
+        view.memory_reserved  # noqa: B018 -- the attribute access is what raises
 
 
 def test_missing_namespace_functions_become_unsupported():

@@ -15,9 +15,9 @@ import threading
 
 import pluggy
 import pytest
+from helpers import FIXTURES, make_backend, run_command, run_concurrently, run_torchdevice, write_plugin
 
 import torchdevice
-from helpers import FIXTURES, make_backend, run_command, run_concurrently, run_torchdevice, write_plugin
 from torchdevice import plugins, router
 from torchdevice.errors import BackendNotFoundError, BackendUnavailableError
 

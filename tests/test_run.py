@@ -205,7 +205,8 @@ def test_errors_before_the_program(programs, inproc, capsys):
 
 def test_in_process_run_returns_status(tmp_path, on_cpu, monkeypatch):
     """run() is callable in-process too: it returns the status and leaves translation on."""
-    from torchdevice import run as run_mod, translate
+    from torchdevice import run as run_mod
+    from torchdevice import translate
 
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent("""\

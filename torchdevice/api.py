@@ -201,7 +201,9 @@ def get_device_capability(device=None) -> tuple[int, int]:
         >>> torchdevice.get_device_capability()  # on an H100
         (9, 0)
     """
-    return get_device_properties(device).capability
+    capability = get_device_properties(device).capability
+    assert capability is not None  # the router completes every device's properties
+    return capability
 
 
 def is_bf16_supported(device=None) -> bool:

@@ -20,7 +20,6 @@ from typing import Any, Callable, ClassVar
 from .errors import UnsupportedError
 from .hookspecs import hookimpl
 
-
 # -- statuses -------------------------------------------------------------------
 
 

@@ -507,7 +507,9 @@ class DeviceComm(CollectiveOps):
                 raise RuntimeError(f"Expected out tensor to have shape {tuple(expected)}, but got {tuple(out.shape)}")
             result = out
         else:
-            fmt = torch.channels_last if first.dim() == 4 and first.is_contiguous(memory_format=torch.channels_last) and not first.is_contiguous() else torch.contiguous_format
+            channels_last = (first.dim() == 4 and first.is_contiguous(memory_format=torch.channels_last)
+                             and not first.is_contiguous())
+            fmt = torch.channels_last if channels_last else torch.contiguous_format
             result = torch.empty(expected, dtype=first.dtype, device=self._device(destination), memory_format=fmt)
         start = 0
         for t in tensors:

@@ -61,6 +61,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+
 import torch
 
 from . import router

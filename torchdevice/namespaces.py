@@ -61,11 +61,11 @@ and no lookup. Each call does ``if trace.active: trace.note("torch.cuda.X", how)
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 import importlib
 import inspect
 import threading
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 

@@ -168,7 +168,10 @@ def register(plugin, name: str | None = None, info: PluginInfo | None = None, no
     Raises ``pluggy.PluginValidationError`` if a hook implementation does not
     match its spec (misspelled hook, unknown argument).
     """
-    name = pm.register(plugin, name=name)
+    registered = pm.register(plugin, name=name)
+    if registered is None:  # pluggy's answer for a blocked name
+        raise ValueError(f"plugin name {name!r} is blocked (TORCHDEVICE_DISABLE_PLUGINS); it was not registered")
+    name = registered
     try:
         pm.check_pending()
     except pluggy.PluginValidationError:

@@ -1204,6 +1204,7 @@ def add_arguments(parser) -> None:
 def _resolve_backend(requested: str | None) -> tuple[str | None, str, str | None]:
     """(backend, note, error) for ``--backend``; the default is the backend torchdevice selects."""
     import torchdevice
+
     from .errors import TorchDeviceError
 
     if requested is None:

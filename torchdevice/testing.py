@@ -664,7 +664,8 @@ def check_unsupported(plugin) -> str:
                 checked += 1
                 continue
             except Exception as exc:
-                raise AssertionError(f"{family}.{op} is tagged unsupported but raised {type(exc).__name__}: {exc}")
+                raise AssertionError(
+                    f"{family}.{op} is tagged unsupported but raised {type(exc).__name__}: {exc}") from exc
             raise AssertionError(f"{family}.{op} is tagged unsupported but returned")
     return f"{checked} unsupported operations raise UnsupportedError"
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torchdevice_simchip import DEVICES, SimChipBackend
 
 import torchdevice
 from torchdevice.testing import BackendConformance, check_backend, registered
-from torchdevice_simchip import DEVICES, SimChipBackend, plugin
 
 
 class TestSimChipConformance(BackendConformance):

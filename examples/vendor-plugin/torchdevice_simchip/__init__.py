@@ -27,7 +27,7 @@ from typing import ClassVar
 from torchdevice import Availability, Backend, DeviceProperties
 from torchdevice.backend import emulated
 from torchdevice.comm import DeviceComm
-from torchdevice.cpu import CPUMemory, CPURNG
+from torchdevice.cpu import CPURNG, CPUMemory
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps
 
 __version__ = "1.0.0"

@@ -20,7 +20,8 @@ from torchdevice.backend import Status, status_of
 from torchdevice.comm import DeviceComm
 from torchdevice.errors import UnsupportedError
 from torchdevice.testing import check_backend, info_json, router_sandbox
-from torchdevice_mlx import _mlx, backend as mlx_backend
+from torchdevice_mlx import _mlx
+from torchdevice_mlx import backend as mlx_backend
 from torchdevice_mlx.backend import RNG_MAGIC, MLXStream
 
 MIB = 1 << 20

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchdevice_mlx.tensor import MLXTensor, fallback_counts, reset_fallback_counts
 
 import torchdevice
 from torchdevice.testing import router_sandbox
+from torchdevice_mlx.tensor import MLXTensor, fallback_counts, reset_fallback_counts
 
 MIB = 1 << 20
 

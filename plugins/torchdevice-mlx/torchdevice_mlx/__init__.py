@@ -11,10 +11,10 @@ with ``mlx[cpu]`` ask for it: ``torchdevice.use("mlx")``.
 """
 from __future__ import annotations
 
+from . import translation as _translation  # noqa: F401 -- gives MLXTensor its .to/.cpu
 from .backend import MLXBackend
 from .bridge import from_mlx, to_mlx
 from .tensor import MLXTensor, fallback_counts
-from . import translation as _translation  # noqa: F401 -- gives MLXTensor its .to/.cpu
 
 __version__ = "0.1.0"
 __all__ = ["MLXBackend", "MLXTensor", "fallback_counts", "plugin", "to_mlx", "from_mlx"]

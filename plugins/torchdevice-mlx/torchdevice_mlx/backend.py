@@ -92,7 +92,7 @@ from torchdevice.backend import (
     translated,
     unsupported,
 )
-from torchdevice.cpu import CPUCollectives, CPURNG
+from torchdevice.cpu import CPURNG, CPUCollectives
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps
 
 from ._mlx import import_problem, mx

@@ -85,8 +85,8 @@ from torchdevice.torch_backend import (
     TorchNamespaceBackend,
     TorchOps,
     TorchRNG,
-    discard,
     calls,
+    discard,
     uses,
 )
 
