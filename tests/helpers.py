@@ -105,9 +105,25 @@ class Result:
         return f"$ {' '.join(self.args)}\n[rc={self.returncode}]\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
 
+#: the entry points this repository ships; any other installed one is a third party's
+OWN_ENTRY_POINTS = frozenset({"cuda", "mps", "mtia", "xpu", "mlx"})
+
+
+def foreign_entry_points() -> list[str]:
+    """Installed ``torchdevice`` entry points that are not this repository's (a vendor plugin
+    someone installed): subprocess tests disable them, so automatic selection is ours."""
+    from importlib.metadata import entry_points
+
+    return sorted({ep.name for ep in entry_points(group="torchdevice")} - OWN_ENTRY_POINTS)
+
+
 def clean_env(env: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
-    """``os.environ`` without any ``TORCHDEVICE_*`` variable, plus ``env``, with ``pythonpath`` prepended."""
+    """``os.environ`` without any ``TORCHDEVICE_*`` variable, plus ``env``, with ``pythonpath``
+    prepended; third-party plugins installed here are disabled unless ``env`` picks plugins."""
     result = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
+    foreign = foreign_entry_points()
+    if foreign and not {"TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS"} & set(env or {}):
+        result["TORCHDEVICE_DISABLE_PLUGINS"] = ",".join(foreign)
     paths = [str(p) for p in pythonpath]
     if result.get("PYTHONPATH"):
         paths.append(result["PYTHONPATH"])

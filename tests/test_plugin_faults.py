@@ -81,3 +81,23 @@ def test_a_plugin_cannot_answer_for_a_backend_it_did_not_declare(results):
     backends = {b["name"]: b for b in data["backends"]}
     assert backends["cpu"]["available"] and data["selected"] == "cpu", data
     assert not backends["faulty"]["available"]
+
+
+def test_subprocess_tests_ignore_a_third_party_plugin_installed_here(site, monkeypatch):
+    """A vendor's automatic plugin installed in the test environment (td_faulty, healthy, priority
+    500) must not change what the suite's subprocesses select: clean_env disables it."""
+    import importlib
+
+    import helpers
+
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert helpers.foreign_entry_points() == ["faulty"]
+    env = helpers.clean_env({"TORCHDEVICE_AUTO": "1"}, pythonpath=[site])
+    assert env["TORCHDEVICE_DISABLE_PLUGINS"] == "faulty"
+    run = run_command([sys.executable, "-c", "import torchdevice; print(torchdevice.current_backend())"],
+                      env={"TORCHDEVICE_AUTO": "1"}, pythonpath=[site])
+    assert run.returncode == 0 and run.stdout.strip() == "cpu", str(run)
+    picked = run_command([sys.executable, "-c", "import torchdevice; print(torchdevice.current_backend())"],
+                         env={"TORCHDEVICE_PLUGINS": "faulty"}, pythonpath=[site])
+    assert picked.stdout.strip() == "faulty", str(picked)  # a test that picks plugins gets them

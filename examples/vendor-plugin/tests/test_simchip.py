@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torchdevice_simchip import DEVICES, SimChipBackend
 
 import torchdevice
 from torchdevice.testing import BackendConformance, check_backend, registered
+
+pytest.importorskip("torchdevice_simchip", reason="install the sample plugin first: pip install examples/vendor-plugin")
+from torchdevice_simchip import DEVICES, SimChipBackend  # noqa: E402
 
 
 class TestSimChipConformance(BackendConformance):
