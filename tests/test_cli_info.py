@@ -14,8 +14,15 @@ import pytest
 from helpers import run_command, run_concurrently, run_torchdevice
 
 
+def _an_unavailable_backend() -> str | None:
+    import torchdevice
+
+    return next((r.name for r in torchdevice.backends() if not r.available and r.device_type), None)
+
+
 @pytest.fixture(scope="module")
 def runs():
+    unavailable = _an_unavailable_backend()
     jobs = {
         "json": (run_torchdevice, ("info", "--json"), {}),
         "text": (run_torchdevice, ("info",), {}),
@@ -23,6 +30,10 @@ def runs():
         "module_nope_json": (run_command, ([sys.executable, "-m", "torchdevice", "info", "--json"],),
                              {"env": {"TORCHDEVICE_BACKEND": "nope"}}),
     }
+    if unavailable:
+        jobs["unavailable"] = (run_torchdevice, ("info",), {"env": {"TORCHDEVICE_BACKEND": unavailable}})
+        jobs["module_unavailable"] = (run_command, ([sys.executable, "-m", "torchdevice", "info"],),
+                                      {"env": {"TORCHDEVICE_BACKEND": unavailable}})
     return run_concurrently(jobs)
 
 
@@ -99,3 +110,17 @@ def test_python_m_torchdevice_json_reports_the_error(runs):
     assert info["selected"] is None
     assert "'nope'" in info["error"] and "cpu" in info["error"]
     assert not any(b["selected"] for b in info["backends"])
+
+
+@pytest.mark.parametrize("key", ["nope", "module_nope_json", "unavailable", "module_unavailable"])
+def test_a_selection_error_is_reported_once_listing_every_available_backend(runs, key):
+    if key not in runs:
+        pytest.skip("every installed backend is available here")
+    result = runs[key]
+    assert result.returncode == 2, result
+    assert "activation failed" not in result.stderr, result  # the command does not also warn
+    lines = [line for line in result.stderr.splitlines() if "(from TORCHDEVICE_BACKEND)" in line]
+    text = lines[0] if lines else result.json()["error"]
+    assert len(lines) <= 1, result
+    available = {a.strip() for a in text.split("available here:")[1].split(",")}
+    assert available == {b["name"] for b in runs["json"].json()["backends"] if b["available"]}, text

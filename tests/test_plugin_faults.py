@@ -27,6 +27,10 @@ FAULTS = {
     "import_baseexception": "faulty exploded at import",
     "import_systemexit": "SystemExit: 3",
     "count0": "returned 0, not at least 1",
+    # a plugin sleeping 60 s is interrupted after TORCHDEVICE_PLUGIN_TIMEOUT=1
+    "hang_import": "importing plugin 'faulty' took longer than 1 s",
+    "hang_backends": "plugin 'faulty''s torchdevice_backends took longer than 1 s",
+    "hang_availability": "plugin 'faulty''s torchdevice_availability took longer than 1 s",
 }
 
 
@@ -38,7 +42,7 @@ def site(tmp_path_factory):
 
 
 def _runs(site, fault):
-    base = {"TD_FAULT": fault, "TORCHDEVICE_PLUGINS": "faulty"}
+    base = {"TD_FAULT": fault, "TORCHDEVICE_PLUGINS": "faulty", "TORCHDEVICE_PLUGIN_TIMEOUT": "1"}
     py = sys.executable
     return {
         "named": (run_command, ([py, "-c", PROGRAM],), {"env": {**base, "TORCHDEVICE_BACKEND": "cpu"}, "pythonpath": [site]}),
@@ -101,3 +105,20 @@ def test_subprocess_tests_ignore_a_third_party_plugin_installed_here(site, monke
     picked = run_command([sys.executable, "-c", "import torchdevice; print(torchdevice.current_backend())"],
                          env={"TORCHDEVICE_PLUGINS": "faulty"}, pythonpath=[site])
     assert picked.stdout.strip() == "faulty", str(picked)  # a test that picks plugins gets them
+
+
+def test_a_named_backend_that_hangs_is_bounded_and_reported(site):
+    env = {"TD_FAULT": "hang_availability", "TORCHDEVICE_PLUGINS": "faulty", "TORCHDEVICE_PLUGIN_TIMEOUT": "1",
+           "TORCHDEVICE_BACKEND": "faulty"}
+    run = run_command([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], env=env,
+                      pythonpath=[site], timeout=40)  # the plugin sleeps 60 s
+    assert run.returncode == 0, str(run)
+    assert "activation failed" in run.stderr and "took longer than 1 s" in run.stderr, str(run)
+
+
+def test_a_bad_timeout_value_warns_and_keeps_the_default(site):
+    env = {"TORCHDEVICE_PLUGINS": "faulty", "TORCHDEVICE_PLUGIN_TIMEOUT": "soon", "TORCHDEVICE_AUTO": "1"}
+    run = run_command([sys.executable, "-c", "import torch; print(torch.zeros(1, device='cuda').device)"], env=env,
+                      pythonpath=[site])
+    assert run.returncode == 0 and run.stdout.strip() == "cpu", str(run)
+    assert "TORCHDEVICE_PLUGIN_TIMEOUT='soon' is not a number of seconds" in run.stderr, str(run)

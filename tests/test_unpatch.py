@@ -103,3 +103,41 @@ def test_first_unpatch_restores_what_was_there_before_any_patch():
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["patched"] > 100, found  # patch() changed things: the comparison proves something
     assert found["left"] == [] and found["pickler"], found
+
+
+def test_torch_is_untouched_until_the_commit_which_runs_uninterrupted(monkeypatch):
+    """patch() changes torch in one uninterrupted loop at the end: a thread running torch code
+    while translation turns on sees torch either wholly unpatched or wholly patched."""
+    import sys as _sys
+
+    from torchdevice import _patching
+
+    torchdevice.use("cpu")
+    seen = {}
+    real_commit = _patching.Patcher.commit
+
+    def commit(self):
+        seen["before commit"] = _snapshot()
+        seen["pending"] = len(self._staged or {})
+        real_switch = _sys.setswitchinterval
+        intervals = []
+        monkeypatch.setattr(_sys, "setswitchinterval", lambda v: (intervals.append(v), real_switch(v)))
+        try:
+            real_commit(self)
+        finally:
+            monkeypatch.setattr(_sys, "setswitchinterval", real_switch)
+        seen["intervals"] = intervals
+
+    try:
+        with torchdevice.patched():
+            pass  # imports what translation needs
+        before = _snapshot()
+        monkeypatch.setattr(_patching.Patcher, "commit", commit)
+        torchdevice.patch()
+        assert _diff(before, _snapshot())  # the commit did patch torch
+        assert not _diff(before, seen["before commit"])  # ... and nothing changed before it
+        assert seen["pending"] > 100
+        assert seen["intervals"][0] >= 0.5  # other threads held off while attributes change
+    finally:
+        torchdevice.unpatch()
+        torchdevice.use(None)

@@ -109,6 +109,15 @@ __all__ = [
 _ready = True  # zero-code activation waits for this when `import torchdevice` imported torch
 
 
+def _is_command() -> bool:
+    """Whether this process is the ``torchdevice`` command (console script or ``python -m``)."""
+    import os
+    import sys
+
+    return os.path.basename(sys.argv[0]) == "torchdevice" or list(getattr(sys, "orig_argv", ()))[1:3] == [
+        "-m", "torchdevice"]
+
+
 def _run_pending_autoload() -> None:
     try:
         import _torchdevice_autoload
@@ -116,6 +125,8 @@ def _run_pending_autoload() -> None:
         return
     if _torchdevice_autoload.pending:
         _torchdevice_autoload.pending = False
+        if _is_command():
+            return  # the command reports selection errors itself (once); `run` turns translation on
         from . import autoload
 
         autoload.hook()

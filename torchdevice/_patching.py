@@ -2,12 +2,31 @@
 
 ``unpatch()`` must give torch back *the same objects* it had (identity, not
 equality), including attributes that did not exist before.
+
+Changes can be staged: between :meth:`Patcher.stage` and :meth:`Patcher.commit`
+nothing is changed, and the commit applies every change in one loop while other
+Python threads wait (a raised switch interval), so a thread running torch code
+while translation turns on or off sees torch either wholly patched or not at all.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import sys
+from typing import Any, Iterator
 
 _MISSING = object()
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Keep other Python threads from running inside the block (unless it blocks on I/O): the
+    interpreter switches threads only every ``sys.getswitchinterval()`` seconds."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(max(previous, 0.5))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
 
 
 class Patcher:
@@ -15,17 +34,45 @@ class Patcher:
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
+        self._staged: dict[tuple[int, str], tuple[Any, str, Any]] | None = None
 
     def set(self, obj: Any, name: str, value: Any) -> Any:
         """Replace ``obj.name`` with ``value``; return what ``obj.name`` gave before (or None).
 
         Only the object's own attribute is saved: an inherited one (a method
-        of a base class) is restored by deleting the override.
+        of a base class) is restored by deleting the override. While staging,
+        the change waits for :meth:`commit` (and "before" is the last staged value).
         """
+        if self._staged is not None:
+            current = self.get(obj, name)
+            self._staged[id(obj), name] = (obj, name, value)
+            return current
         current = getattr(obj, name, None)
         self._saved.append((obj, name, vars(obj).get(name, _MISSING)))
         setattr(obj, name, value)
         return current
+
+    def get(self, obj: Any, name: str, default: Any = None) -> Any:
+        """What ``obj.name`` is once the staged changes are applied: read what you wrap here."""
+        if self._staged is not None and (id(obj), name) in self._staged:
+            return self._staged[id(obj), name][2]
+        return getattr(obj, name, default)
+
+    def stage(self) -> None:
+        """Collect the following :meth:`set` calls instead of applying them."""
+        self._staged = {}
+
+    def commit(self) -> None:
+        """Apply every staged change at once (see the module docstring)."""
+        staged, self._staged = self._staged or {}, None
+        with uninterrupted():
+            for obj, name, value in staged.values():
+                self._saved.append((obj, name, vars(obj).get(name, _MISSING)))
+                setattr(obj, name, value)
+
+    def discard(self) -> None:
+        """Drop the staged changes unapplied."""
+        self._staged = None
 
     def original(self, obj: Any, name: str) -> Any:
         """The value ``obj.name`` had before the first patch of it (raises KeyError if unpatched)."""
@@ -35,15 +82,17 @@ class Patcher:
         raise KeyError(f"{obj!r}.{name} was not patched")
 
     def restore(self) -> None:
-        while self._saved:
-            obj, name, original = self._saved.pop()
-            if original is _MISSING:
-                try:
-                    delattr(obj, name)
-                except AttributeError:
-                    pass
-            else:
-                setattr(obj, name, original)
+        """Undo every applied change, newest first, in one uninterrupted loop."""
+        with uninterrupted():
+            while self._saved:
+                obj, name, original = self._saved.pop()
+                if original is _MISSING:
+                    try:
+                        delattr(obj, name)
+                    except AttributeError:
+                        pass
+                else:
+                    setattr(obj, name, original)
 
     def __len__(self) -> int:
         return len(self._saved)

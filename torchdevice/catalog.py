@@ -20,8 +20,8 @@ import functools
 import json
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 #: The catalog sections torchdevice answers for, in the seed's spelling.
 SECTIONS = ("CUDA_OPERATIONS", "MPS_OPERATIONS", "XPU_OPERATIONS", "MTIA_OPERATIONS", "DISTRIBUTED_COMPUTING")
@@ -39,8 +39,7 @@ DATA = Path(__file__).with_name("data") / "catalog.json"
 SEED_GLOB = "004_*.txt"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One catalog function.
 
     ``arguments`` are the names the seed lists; ``more_arguments`` is True

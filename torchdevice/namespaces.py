@@ -64,10 +64,10 @@ import functools
 import importlib
 import inspect
 import threading
+import types
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -215,8 +215,7 @@ def stream_class_rule(attr: str) -> Rule:
 # -- the specification table ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
     """How one namespace function behaves: its status rule and, unless native, its builder.
 
     ``build(fx, ns, name)`` returns the implementation, called only when the
@@ -1245,17 +1244,91 @@ def api_status(view: View, api: str) -> tuple[Status, str] | None:
 _installed: dict | None = None
 
 
-_WRAPPER = """\
-def {name}({params}):
-    if _trace.active:
-        _trace.note(api, how)
-    try:
-        return impl({args})
-    except UnsupportedError as exc:
-        if exc.function.startswith("torch."):
-            raise
-        raise UnsupportedError(api, exc.backend, exc.instead) from exc
+_FACTORY = """\
+def factory(_trace, api, how, impl, UnsupportedError, {defaults}):
+    def wrapper({params}):
+        if _trace.active:
+            _trace.note(api, how)
+        try:
+            return impl({args})
+        except UnsupportedError as exc:
+            if exc.function.startswith("torch."):
+                raise
+            raise UnsupportedError(api, exc.backend, exc.instead) from exc
+    return wrapper
 """
+
+# signature shape -> compiled factory: most wrapped functions share a handful of shapes
+# (``(device=None)``, ``()``, ...), so activation compiles a few, not one per function
+_factories: dict[tuple, Callable] = {}
+
+
+def _shape(impl: Callable) -> tuple[tuple[tuple[str, Any, bool], ...], list[Any]]:
+    """``impl``'s parameters as ``(name, kind, has_default)`` and its default values, in order."""
+    if type(impl) is types.FunctionType and not hasattr(impl, "__wrapped__") and not hasattr(impl, "__signature__"):
+        return _code_shape(impl)  # what inspect.signature would say, at a tenth of the cost
+    params = inspect.signature(impl).parameters.values()
+    shape = tuple((p.name, p.kind, p.default is not p.empty) for p in params)
+    return shape, [p.default for p in params if p.default is not p.empty]
+
+
+def _code_shape(fn: types.FunctionType) -> tuple[tuple[tuple[str, Any, bool], ...], list[Any]]:
+    P = inspect.Parameter
+    code = fn.__code__
+    n_pos, n_kw = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    defaults = list(fn.__defaults__ or ())
+    kwdefaults = fn.__kwdefaults__ or {}
+    first_default = n_pos - len(defaults)
+    shape = [(names[i], P.POSITIONAL_ONLY if i < code.co_posonlyargcount else P.POSITIONAL_OR_KEYWORD,
+              i >= first_default) for i in range(n_pos)]
+    at = n_pos + n_kw
+    if code.co_flags & inspect.CO_VARARGS:
+        shape.append((names[at], P.VAR_POSITIONAL, False))
+        at += 1
+    for name in names[n_pos:n_pos + n_kw]:
+        shape.append((name, P.KEYWORD_ONLY, name in kwdefaults))
+        if name in kwdefaults:
+            defaults.append(kwdefaults[name])
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        shape.append((names[at], P.VAR_KEYWORD, False))
+    return tuple(shape), defaults
+
+
+def _factory(shape: tuple) -> Callable:
+    factory = _factories.get(shape)
+    if factory is not None:
+        return factory
+    P = inspect.Parameter
+    params, args, defaults = [], [], []
+    for name, kind, has_default in shape:
+        default = ""
+        if has_default:
+            default = f"=_d{len(defaults)}"
+            defaults.append(f"_d{len(defaults)}")
+        if kind is P.VAR_POSITIONAL:
+            params.append(f"*{name}")
+            args.append(f"*{name}")
+        elif kind is P.VAR_KEYWORD:
+            params.append(f"**{name}")
+            args.append(f"**{name}")
+        elif kind is P.KEYWORD_ONLY:
+            if not any(p.startswith("*") for p in params):
+                params.append("*")
+            params.append(f"{name}{default}")
+            args.append(f"{name}={name}")
+        else:
+            params.append(f"{name}{default}")
+            args.append(name)
+    positional_only = [i for i, (_, kind, _) in enumerate(shape) if kind is P.POSITIONAL_ONLY]
+    if positional_only:
+        params.insert(max(positional_only) + 1, "/")
+    source = _FACTORY.format(defaults=", ".join(defaults), params=", ".join(params), args=", ".join(args))
+    env: dict[str, Any] = {}
+    # a file name inside this package: trace's call-site search skips the wrapper's frame
+    exec(compile(source, f"{__file__}<wrapper>", "exec"), env)  # noqa: S102
+    factory = _factories[shape] = env["factory"]
+    return factory
 
 
 def _wrap(api: str, status_: Status, note: str, impl: Callable, name: str) -> Callable:
@@ -1266,41 +1339,10 @@ def _wrap(api: str, status_: Status, note: str, impl: Callable, name: str) -> Ca
     the cost of a generic wrapper) and ``inspect.signature`` shows the real one.
     """
     how = f"{status_}: {note}" if note else str(status_)
-    params, args, env = [], [], {}
-    kw_only_started = False
-    for i, p in enumerate(inspect.signature(impl).parameters.values()):
-        default = ""
-        if p.default is not p.empty:
-            env[f"_d{i}"] = p.default
-            default = f"=_d{i}"
-        if p.kind is p.VAR_POSITIONAL:
-            params.append(f"*{p.name}")
-            args.append(f"*{p.name}")
-            kw_only_started = True
-        elif p.kind is p.VAR_KEYWORD:
-            params.append(f"**{p.name}")
-            args.append(f"**{p.name}")
-        elif p.kind is p.KEYWORD_ONLY:
-            if not kw_only_started:
-                params.append("*")
-                kw_only_started = True
-            params.append(f"{p.name}{default}")
-            args.append(f"{p.name}={p.name}")
-        elif p.kind is p.POSITIONAL_ONLY:
-            params.append(f"{p.name}{default}")
-            args.append(p.name)
-        else:
-            params.append(f"{p.name}{default}")
-            args.append(p.name)
-    kinds = [p.kind for p in inspect.signature(impl).parameters.values()]
-    if inspect.Parameter.POSITIONAL_ONLY in kinds:
-        params.insert(max(i for i, k in enumerate(kinds) if k is inspect.Parameter.POSITIONAL_ONLY) + 1, "/")
-    env.update(_trace=_trace, api=api, how=how, impl=impl, UnsupportedError=UnsupportedError)
-    source = _WRAPPER.format(name=name, params=", ".join(params), args=", ".join(args))
-    # a file name inside this package: trace's call-site search skips the wrapper's frame
-    exec(compile(source, f"{__file__}<wrapper of {api}>", "exec"), env)  # noqa: S102
-    wrapper = env[name]
+    shape, defaults = _shape(impl)
+    wrapper = _factory(shape)(_trace, api, how, impl, UnsupportedError, *defaults)
     functools.update_wrapper(wrapper, impl)
+    wrapper.__code__ = wrapper.__code__.replace(co_name=name, co_qualname=name)
     wrapper.__name__ = name
     wrapper.__qualname__ = name
     wrapper.__module__ = api.rpartition(".")[0]

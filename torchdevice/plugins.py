@@ -9,13 +9,25 @@ A plugin that fails to import, fails validation, or raises inside a hook is
 recorded as a :class:`Problem` and skipped; it never stops the others. That is
 why hooks are called one implementation at a time here rather than through
 pluggy's own loop, which stops at the first exception.
+
+Discovery is bounded: importing a plugin and asking it ``torchdevice_backends``
+and ``torchdevice_availability`` each get ``TORCHDEVICE_PLUGIN_TIMEOUT``
+seconds (default 10, ``0``: no limit); a plugin that takes longer is
+interrupted and reported like one that raised. The limit is a ``SIGALRM``
+timer, so it applies on POSIX systems, in the main thread, when no other
+timer is running, and only to code that returns to the Python interpreter
+(a hang inside a C call cannot be interrupted, nor can ``os._exit``: block
+such a plugin with ``TORCHDEVICE_DISABLE_PLUGINS``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import traceback
-from dataclasses import dataclass
 from importlib.metadata import entry_points
+from typing import NamedTuple
 
 import pluggy
 
@@ -23,10 +35,14 @@ from . import hookspecs
 
 GROUP = "torchdevice"
 BUILTIN = "cpu"
+ENV_TIMEOUT = "TORCHDEVICE_PLUGIN_TIMEOUT"
+DEFAULT_TIMEOUT = 10.0
+#: hooks a plugin is asked at discovery, bounded by ENV_TIMEOUT (resolution hooks may
+#: legitimately initialise a device, which can take long)
+BOUNDED_HOOKS = frozenset({"torchdevice_backends", "torchdevice_availability"})
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """Something a plugin did wrong: failed to ``import``, failed ``validate``, or raised in a hook."""
 
     plugin: str
@@ -38,8 +54,7 @@ class Problem:
         return f"plugin {self.plugin!r} ({self.stage}): {self.error}"
 
 
-@dataclass(frozen=True)
-class PluginInfo:
+class PluginInfo(NamedTuple):
     name: str
     distribution: str | None
     version: str | None
@@ -71,6 +86,70 @@ def _env_names(var: str) -> set[str] | None:
     if value is None:
         return None
     return {n.strip() for n in value.split(",") if n.strip()}
+
+
+class PluginTimeout(BaseException):
+    """Raised into a plugin that overran ``TORCHDEVICE_PLUGIN_TIMEOUT`` (a BaseException, so a
+    plugin's ``except Exception`` does not swallow it)."""
+
+
+_timeout_warned = False
+
+
+def timeout() -> float:
+    """Seconds a plugin may take per bounded discovery step (``TORCHDEVICE_PLUGIN_TIMEOUT``); 0: none."""
+    global _timeout_warned
+    raw = os.environ.get(ENV_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+        if not value >= 0 or value == float("inf"):
+            raise ValueError
+        return value
+    except ValueError:
+        if not _timeout_warned:
+            _timeout_warned = True
+            import warnings
+
+            warnings.warn_explicit(
+                f"torchdevice: {ENV_TIMEOUT}={raw!r} is not a number of seconds >= 0 (0: no limit); "
+                f"using {DEFAULT_TIMEOUT:g}", RuntimeWarning, "<torchdevice>", 0, module="torchdevice.plugins")
+        return DEFAULT_TIMEOUT
+
+
+@contextlib.contextmanager
+def _deadline(what: str):
+    """Interrupt the block with :class:`PluginTimeout` after :func:`timeout` seconds, where a
+    SIGALRM timer can be used (main thread, POSIX, no timer of the program's running)."""
+    seconds = timeout()
+    if (not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
+        yield
+        return
+
+    def overran(signum, frame):
+        raise PluginTimeout(f"{what} took longer than {seconds:g} s ({ENV_TIMEOUT}); interrupted")
+
+    previous = signal.signal(signal.SIGALRM, overran)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _call(plugin: str, hook: str, impl, kwargs):
+    """One implementation's result; discovery hooks under a deadline, and the backend list
+    materialised inside it (a generator failing or hanging half-way fails here)."""
+    if hook not in BOUNDED_HOOKS:
+        return impl.function(*[kwargs[arg] for arg in impl.argnames])
+    with _deadline(f"plugin {plugin!r}'s {hook}"):
+        result = impl.function(*[kwargs[arg] for arg in impl.argnames])
+        if hook == "torchdevice_backends" and result is not None:
+            result = _spec_list(result)
+        return result
 
 
 def _load_builtin() -> None:
@@ -131,7 +210,8 @@ def _load_entry_points(eps) -> None:
         info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
         stage = "import"
         try:
-            plugin = ep.load()
+            with _deadline(f"importing plugin {ep.name!r}"):
+                plugin = ep.load()
             stage = "validate"  # e.g. a misspelled hookimpl, caught by check_pending()
             register(plugin, name=ep.name, info=info, notify=False)
         except KeyboardInterrupt:
@@ -207,9 +287,7 @@ def call_each(hook: str, errors: list | None = None, skip=frozenset(), **kwargs)
         if impl.plugin_name in skip:
             continue
         try:
-            result = impl.function(*[kwargs[arg] for arg in impl.argnames])
-            if hook == "torchdevice_backends" and result is not None:
-                result = _spec_list(result)  # a generator failing half-way fails here, reported
+            result = _call(impl.plugin_name, hook, impl, kwargs)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
@@ -236,7 +314,7 @@ def call_owner(hook: str, plugin: str, errors: list | None = None, **kwargs):
         if impl.plugin_name != plugin:
             continue
         try:
-            return plugin, impl.function(*[kwargs[arg] for arg in impl.argnames])
+            return plugin, _call(plugin, hook, impl, kwargs)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:

@@ -272,6 +272,9 @@ def check(name: str, source: str = "") -> BackendRecord:
     """Return the record of an available backend ``name``, or raise a clear error."""
     records = _named_records(name)
     record = records.get(name)
+    if record is None or record.device_type is None or not record.available:
+        records = discover()  # an error lists every backend, so load them all
+        record = records.get(name)
     if record is None or record.device_type is None:
         known = [r.name for r in records.values() if r.device_type is not None]
         if record is not None:  # a broken plugin of that name

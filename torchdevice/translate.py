@@ -24,8 +24,7 @@ import contextlib
 import importlib
 import os
 import threading
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from . import router
 from ._patching import Patcher
@@ -44,12 +43,12 @@ INSTALLERS = (
 ENV_REPORT_AVAILABLE = "TORCHDEVICE_REPORT_AVAILABLE"
 
 #: backend name -> ``install(patcher, target)`` run after the installers when that backend is the
-#: target: for a backend computing in its own tensor type (mlx registers one on import).
+#: target: for a backend computing in its own tensor type (mlx registers one on import). Changes
+#: are staged until every installer has run: read what you wrap with ``patcher.get(obj, name)``.
 TRANSLATION_HOOKS: dict = {}
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Where translated code runs: a snapshot of the active backend."""
 
     backend: str  #: the backend's name, e.g. ``"cpu"``, ``"mlx"``, ``"cuda"``
@@ -114,6 +113,7 @@ def patch(*, report_available: bool | None = None) -> Target:
         _options["report_available"] = report_available
         new_target = make_target(report_available)
         patcher = Patcher()
+        patcher.stage()  # torch is changed only by the commit, all at once
         try:
             for name in INSTALLERS:
                 module = importlib.import_module(name)
@@ -123,8 +123,9 @@ def patch(*, report_available: bool | None = None) -> Target:
             if extra is not None:
                 extra(patcher, new_target)
         except BaseException:
-            patcher.restore()
+            patcher.discard()
             raise
+        patcher.commit()
         _patcher, _target = patcher, new_target
         return new_target
 

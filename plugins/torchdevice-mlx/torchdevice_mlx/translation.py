@@ -146,12 +146,13 @@ def install(patcher, target) -> None:
     """Wrap factories and moves so source devices give MLXTensor (see the module docstring)."""
     global _sources
     _sources = frozenset(target.sources)
+    # wrap what the core's translation installs (staged, so read through the patcher)
     for name in _FACTORIES:
-        fn = getattr(torch, name, None)
+        fn = patcher.get(torch, name)
         if fn is not None:
             patcher.set(torch, name, _factory(fn))
-    patcher.set(torch.Tensor, "to", _tensor_to(torch.Tensor.to))
-    patcher.set(torch.nn.Module, "to", _module_to(torch.nn.Module.to))
+    patcher.set(torch.Tensor, "to", _tensor_to(patcher.get(torch.Tensor, "to")))
+    patcher.set(torch.nn.Module, "to", _module_to(patcher.get(torch.nn.Module, "to")))
     for source in target.sources:
         if hasattr(torch.Tensor, source):
             patcher.set(torch.Tensor, source, _tensor_move)
