@@ -28,6 +28,11 @@ for p in cuda mps mtia xpu; do
     paths="$paths:$root/plugins/torchdevice-$p"
 done
 export PYTHONPATH="$paths:$site:$root/tests"
+# the `torchdevice` console script pip would install (tests run it)
+mkdir -p "$site/bin"
+printf '#!/bin/sh\nexec %s -m torchdevice "$@"\n' "$(command -v "$py")" > "$site/bin/torchdevice"
+chmod +x "$site/bin/torchdevice"
+export PATH="$site/bin:$PATH"
 export PYTHONUNBUFFERED=1
 # `source scripts/gpu_check.sh --env` only sets up PYTHONPATH (for ad hoc commands).
 if [ "${1:-}" = "--env" ]; then return 0 2>/dev/null || exit 0; fi
