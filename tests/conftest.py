@@ -7,11 +7,17 @@ afterwards. Tests of the CPU semantics take :func:`on_cpu`.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from helpers import ACCELERATOR_PRESENT, CPU_FIRST
 
 import torchdevice
 from torchdevice import plugins, router
+
+if ACCELERATOR_PRESENT:  # the suite expects automatic selection to pick cpu (see helpers.CPU_FIRST)
+    os.environ.update(CPU_FIRST)
 
 ENV_VARS = ("TORCHDEVICE_BACKEND", "TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS")
 
@@ -46,6 +52,9 @@ class RouterState:
 def router_state(monkeypatch):
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)
+    if ACCELERATOR_PRESENT:
+        for var, value in CPU_FIRST.items():
+            monkeypatch.setenv(var, value)
     torchdevice.use(None)
     router.invalidate()
     problems_before = list(plugins.problems)

@@ -117,13 +117,33 @@ def foreign_entry_points() -> list[str]:
     return sorted({ep.name for ep in entry_points(group="torchdevice")} - OWN_ENTRY_POINTS)
 
 
+def _accelerator_present() -> bool:
+    import torch
+
+    return any(getattr(torch, ns, None) is not None and getattr(torch, ns).is_available()
+               for ns in ("cuda", "xpu", "mps", "mtia"))
+
+
+#: whether this machine has a real accelerator, read natively when the tests are collected
+ACCELERATOR_PRESENT = _accelerator_present()
+#: The suite's expectations are those of a machine without accelerators: there, automatic
+#: selection picks the built-in CPU backend. On a machine with one (a GPU runner), this ranks
+#: this repository's accelerator backends below cpu (priority 0) so automatic selection picks cpu
+#: too, while a test's own fake backend (priority > 0) still wins; tests of an accelerator name
+#: it (its plugin's tests, the kit, scripts/gpu_check.sh).
+CPU_FIRST = {"TORCHDEVICE_PRIORITY": ",".join(f"{name}=-1" for name in sorted(OWN_ENTRY_POINTS))}
+
+
 def clean_env(env: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
     """``os.environ`` without any ``TORCHDEVICE_*`` variable, plus ``env``, with ``pythonpath``
-    prepended; third-party plugins installed here are disabled unless ``env`` picks plugins."""
+    prepended; third-party plugins installed here are disabled unless ``env`` picks plugins, and
+    on a machine with an accelerator automatic selection is pinned to cpu (:data:`CPU_FIRST`)."""
     result = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
     foreign = foreign_entry_points()
     if foreign and not {"TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS"} & set(env or {}):
         result["TORCHDEVICE_DISABLE_PLUGINS"] = ",".join(foreign)
+    if ACCELERATOR_PRESENT and not {"TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS"} & set(env or {}):
+        result.update(CPU_FIRST)
     paths = [str(p) for p in pythonpath]
     if result.get("PYTHONPATH"):
         paths.append(result["PYTHONPATH"])

@@ -1,6 +1,7 @@
 """AMP under translation: autocast and GradScaler written for CUDA run real mixed precision on CPU."""
 from __future__ import annotations
 
+import contextlib
 import pickle
 import warnings
 
@@ -19,6 +20,16 @@ def patched(on_cpu):
         yield translate.target()
     finally:
         translate.unpatch()
+
+
+@contextlib.contextmanager
+def native():
+    """Translation off for the block: references are computed by torch alone."""
+    translate.unpatch()
+    try:
+        yield
+    finally:
+        translate.patch()
 
 
 def _model_and_data(seed=0):
@@ -58,7 +69,7 @@ def test_autocast_cuda_runs_bf16_on_cpu(patched):
             assert torch.is_autocast_enabled("cuda")
             assert torch.is_autocast_enabled()  # the legacy no-argument form means CUDA
             assert torch.get_autocast_dtype("cuda") is torch.bfloat16
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with native(), torch.autocast("cpu", dtype=torch.bfloat16):
             ref = model(x)
     assert out.dtype is torch.bfloat16
     assert torch.equal(out, ref)
@@ -89,7 +100,7 @@ def test_explicit_dtype_is_honoured(patched):
     model, x, _ = _model_and_data()
     with torch.autocast("cuda", dtype=torch.float16):
         out = model(x)
-    with torch.autocast("cpu", dtype=torch.float16):
+    with native(), torch.autocast("cpu", dtype=torch.float16):
         ref = model(x)
     assert out.dtype is torch.float16 and torch.equal(out, ref)
     with pytest.warns(FutureWarning):
@@ -142,8 +153,9 @@ def test_gradscaler_really_scales_and_matches_cpu(patched):
         losses, params, scaler = _train(
             "cuda", lambda: torch.amp.GradScaler("cuda"), lambda: torch.autocast("cuda"))
     assert scaler.is_enabled() and scaler.get_scale() == 2.0**16
-    ref_losses, ref_params, _ = _train(
-        "cpu", lambda: torch.amp.GradScaler("cpu"), lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    with native():
+        ref_losses, ref_params, _ = _train(
+            "cpu", lambda: torch.amp.GradScaler("cpu"), lambda: torch.autocast("cpu", dtype=torch.bfloat16))
     assert losses == ref_losses
     assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
     with pytest.warns(FutureWarning, match="torch.cuda.amp.GradScaler"):

@@ -154,13 +154,29 @@ def test_torch_cuda_comm_and_nvtx_agree_with_the_matrix(translating):
         "torch.cuda.nvtx.range_pop": lambda: torch.cuda.nvtx.range_pop(),
         "torch.cuda.nvtx.mark": lambda: torch.cuda.nvtx.mark("m"),
     }
+    # what a working call returns, from torch's documentation of each function (one device, index 0)
+    def same(ts):
+        return len(ts) == 1 and torch.equal(ts[0].cpu(), x.cpu()) and ts[0].device == x.device
+
+    expect = {
+        "torch.cuda.comm.broadcast": same,
+        "torch.cuda.comm.broadcast_coalesced": lambda r: len(r) == 1 and same(r[0]),
+        "torch.cuda.comm.reduce_add": lambda r: torch.equal(r.cpu(), x.cpu()),
+        "torch.cuda.comm.reduce_add_coalesced": lambda r: len(r) == 1 and torch.equal(r[0].cpu(), x.cpu()),
+        "torch.cuda.comm.scatter": same,
+        "torch.cuda.comm.gather": lambda r: torch.equal(r.cpu(), x.cpu()),
+        "torch.cuda.nvtx.range_push": lambda r: r == 0,  # zero-based depth of the range started
+        "torch.cuda.nvtx.range_pop": lambda r: r == 0,  # ... and of the range ended
+        "torch.cuda.nvtx.mark": lambda r: r is None,
+    }
     for api, fn in calls.items():
         status, _ = matrix.status_for(api, backend)
         if status.value == "unsupported":
             with pytest.raises(UnsupportedError, match=api.replace(".", r"\.")):
                 fn()
         else:
-            fn()
+            result = fn()
+            assert expect[api](result), f"{api} ({status.value}) returned {result!r}"
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ Properties
 
 Memory (every figure from MLX's allocator, in bytes)
   ``memory_allocated`` = ``mx.get_active_memory()``;
-  ``max_memory_allocated`` = ``mx.get_peak_memory()``;
+  ``max_memory_allocated`` = ``mx.get_peak_memory()``, never below the current figure;
   ``memory_reserved`` = active + ``mx.get_cache_memory()`` (what the allocator
   holds, in use or cached); ``max_memory_reserved`` unsupported (MLX tracks
   the peak of active memory only); ``reset_peak_memory_stats`` =
@@ -145,9 +145,10 @@ class MLXMemory(MemoryOps):
     def memory_allocated(self, index: int) -> int:
         return int(mx().get_active_memory())
 
-    @translated("mx.get_peak_memory()")
+    @translated("mx.get_peak_memory(), never below the current figure (MLX's reset sets the peak to 0)")
     def max_memory_allocated(self, index: int) -> int:
-        return int(mx().get_peak_memory())
+        core = mx()
+        return max(int(core.get_peak_memory()), int(core.get_active_memory()))
 
     @translated("mx.get_active_memory() + mx.get_cache_memory()")
     def memory_reserved(self, index: int) -> int:
@@ -169,7 +170,8 @@ class MLXMemory(MemoryOps):
     @translated("CUDA's current/peak keys from MLX's figures, plus the raw mlx.* figures")
     def memory_stats(self, index: int) -> dict:
         core = mx()
-        active, peak = int(core.get_active_memory()), int(core.get_peak_memory())
+        active = int(core.get_active_memory())
+        peak = max(int(core.get_peak_memory()), active)
         cache, limit = int(core.get_cache_memory()), int(core.get_memory_limit())
         return {
             "allocated_bytes.all.current": active,
