@@ -78,17 +78,19 @@ class CPUMemory(MemoryOps):
     def memory_allocated(self, index: int) -> int:
         return self._status("memory_allocated")["VmRSS"]
 
-    @translated("peak resident set size (VmHWM)")
+    @translated("peak resident set size (VmHWM), never below VmRSS (the kernel updates the peak lazily)")
     def max_memory_allocated(self, index: int) -> int:
-        return self._status("max_memory_allocated")["VmHWM"]
+        fields = self._status("max_memory_allocated")
+        return max(fields["VmHWM"], fields["VmRSS"])
 
     @translated("resident set size (VmRSS): the CPU allocator keeps no cache")
     def memory_reserved(self, index: int) -> int:
         return self._status("memory_reserved")["VmRSS"]
 
-    @translated("peak resident set size (VmHWM)")
+    @translated("peak resident set size (VmHWM), never below VmRSS (the kernel updates the peak lazily)")
     def max_memory_reserved(self, index: int) -> int:
-        return self._status("max_memory_reserved")["VmHWM"]
+        fields = self._status("max_memory_reserved")
+        return max(fields["VmHWM"], fields["VmRSS"])
 
     @translated("resets VmHWM through /proc/self/clear_refs")
     def reset_peak_memory_stats(self, index: int) -> None:
@@ -109,9 +111,9 @@ class CPUMemory(MemoryOps):
         fields = self._status("memory_stats")
         stats = {
             "allocated_bytes.all.current": fields["VmRSS"],
-            "allocated_bytes.all.peak": fields["VmHWM"],
+            "allocated_bytes.all.peak": max(fields["VmHWM"], fields["VmRSS"]),
             "reserved_bytes.all.current": fields["VmRSS"],
-            "reserved_bytes.all.peak": fields["VmHWM"],
+            "reserved_bytes.all.peak": max(fields["VmHWM"], fields["VmRSS"]),
         }
         for key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem", "VmSize"):
             if key in fields:
