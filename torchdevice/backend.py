@@ -13,9 +13,13 @@ the code, never kept by hand.
 """
 from __future__ import annotations
 
+import abc
 import enum
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, TypeVar, cast
+
+import torch
 
 from .errors import UnsupportedError
 from .hookspecs import hookimpl
@@ -28,7 +32,7 @@ class Status(str, enum.Enum):
 
     NATIVE = "native"  #: the backend's own function with the same meaning, passed through
     TRANSLATED = "translated"  #: the backend's real equivalent under another name or shape
-    EMULATED = "emulated"  #: real semantics implemented by torchdevice
+    EMULATED = "emulated"  #: real semantics implemented by torchdevice or the plugin
     NOOP = "no-op"  #: doing nothing is the correct semantics on this backend
     UNSUPPORTED = "unsupported"  #: raises UnsupportedError
 
@@ -171,12 +175,35 @@ class DeviceProperties:
 
 # -- the operation families ---------------------------------------------------------------
 
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+
+
+def unsupported_by_default(fn: _Op) -> _Op:
+    """Declare a family operation: documented signature, raising UnsupportedError until overridden.
+
+    The body of the declaration is its docstring only. The operation keeps
+    that signature and docstring (``inspect.signature``, ``help()`` and the
+    hook reference of ``docs/plugins.md`` read them) but accepts any
+    arguments, so an operation a backend does not implement reports itself
+    unsupported however it is called, as :func:`unsupported` does. It is
+    tagged :attr:`Status.UNSUPPORTED`.
+    """
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def operation(self, *args, **kwargs):
+        raise UnsupportedError(op, self.backend)
+
+    setattr(operation, STATUS_ATTR, (Status.UNSUPPORTED, ""))
+    return cast(_Op, operation)
+
 
 class Ops:
     """Base of the operation objects; ``backend`` is the backend's name for error messages.
 
     Device arguments reaching an Ops method are already resolved by the
-    router to a valid ``int`` index of this backend.
+    router to a valid ``int`` index of this backend (``None``, ``"cuda:1"``,
+    ``torch.device`` and out-of-range indices are handled before).
     """
 
     family: ClassVar[str] = ""
@@ -197,67 +224,266 @@ class Ops:
 
 
 class MemoryOps(Ops):
-    """The memory family. Figures are in bytes, for device ``index``."""
+    """The memory family (hook ``torchdevice_memory``): allocator figures of one device, in bytes.
+
+    ``index`` is a valid device index of the backend. Figures are what the
+    backend's allocator (or, for host tensors, the OS) reports; a figure the
+    backend cannot honour stays unsupported rather than invented. Three
+    honest choices for a backend whose tensors are host tensors: the
+    process's resident set size (:class:`torchdevice.cpu.CPUMemory`), bytes
+    the plugin counts itself, or ``memory_allocated`` tagged ``noop``/left
+    unsupported to say memory is not tracked.
+    """
 
     family = "memory"
-    memory_allocated = unsupported("memory_allocated")
-    max_memory_allocated = unsupported("max_memory_allocated")
-    memory_reserved = unsupported("memory_reserved")
-    max_memory_reserved = unsupported("max_memory_reserved")
-    reset_peak_memory_stats = unsupported("reset_peak_memory_stats")
-    reset_accumulated_memory_stats = unsupported("reset_accumulated_memory_stats")
-    memory_stats = unsupported("memory_stats")
-    mem_get_info = unsupported("mem_get_info")
-    empty_cache = unsupported("empty_cache")
-    set_per_process_memory_fraction = unsupported("set_per_process_memory_fraction")
-    get_per_process_memory_fraction = unsupported("get_per_process_memory_fraction")
+
+    @unsupported_by_default
+    def memory_allocated(self, index: int) -> int:
+        """Return the bytes held by live tensors on device ``index`` (CUDA: the caching allocator's figure)."""
+
+    @unsupported_by_default
+    def max_memory_allocated(self, index: int) -> int:
+        """Return the peak of ``memory_allocated(index)`` since start or the last reset, never below the current figure."""
+
+    @unsupported_by_default
+    def memory_reserved(self, index: int) -> int:
+        """Return the bytes the allocator holds on device ``index``, in use or cached (at least ``memory_allocated``)."""
+
+    @unsupported_by_default
+    def max_memory_reserved(self, index: int) -> int:
+        """Return the peak of ``memory_reserved(index)`` since start or the last reset, never below the current figure."""
+
+    @unsupported_by_default
+    def reset_peak_memory_stats(self, index: int) -> None:
+        """Reset both peaks of device ``index`` to the current figures; returns None."""
+
+    @unsupported_by_default
+    def reset_accumulated_memory_stats(self, index: int) -> None:
+        """Reset the accumulated counters (allocation counts ...) of device ``index``; returns None."""
+
+    @unsupported_by_default
+    def memory_stats(self, index: int) -> dict[str, Any]:
+        """Return device ``index``'s statistics as a flat dict, with CUDA's keys (``allocated_bytes.all.current`` ...)."""
+
+    @unsupported_by_default
+    def mem_get_info(self, index: int) -> tuple[int, int]:
+        """Return ``(free, total)`` bytes of device ``index``'s memory, as ``torch.cuda.mem_get_info``."""
+
+    @unsupported_by_default
+    def empty_cache(self) -> None:
+        """Release cached, unused memory of every device to the system (takes no index, as CUDA's); returns None."""
+
+    @unsupported_by_default
+    def set_per_process_memory_fraction(self, fraction: float, index: int) -> None:
+        """Cap this process's allocations on device ``index`` at ``fraction`` (in [0, 1], checked) of its memory."""
+
+    @unsupported_by_default
+    def get_per_process_memory_fraction(self, index: int) -> float:
+        """Return the fraction (0 to 1) of device ``index``'s memory this process may allocate."""
+
+
+class StreamInterface(abc.ABC):
+    """What a backend's ``Stream`` class provides: the interface of ``torch.cuda.Stream``.
+
+    Constructed as ``Stream(device=None, priority=0)``, where ``device`` is an
+    index, a device string or a ``torch.device`` (``None``: the calling
+    thread's current device); an index beyond the device count raises
+    :class:`~torchdevice.errors.InvalidDeviceError`. Instances have
+    ``device_index`` (``int``), ``stream_id`` (``int``; 0 for a device's
+    default stream) and ``priority``, compare equal when they denote the same
+    stream, and work as a context manager that makes the stream (and its
+    device) current for the calling thread. torch's own stream classes
+    (``torch.Stream``, ``torch.cuda.Stream`` ...) have it natively;
+    :class:`torchdevice.streams.HostStream` implements it for host-synchronous
+    backends.
+    """
+
+    @property
+    @abc.abstractmethod
+    def device(self) -> torch.device:
+        """The ``torch.device`` of this stream's device."""
+
+    @abc.abstractmethod
+    def query(self) -> bool:
+        """Return True when all work queued on this stream is complete, without blocking."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Block the calling thread until all work queued on this stream is complete; returns None."""
+
+    @abc.abstractmethod
+    def wait_event(self, event: EventInterface) -> None:
+        """Make work queued later on this stream wait until ``event`` completes, without blocking the host."""
+
+    @abc.abstractmethod
+    def wait_stream(self, stream: StreamInterface) -> None:
+        """Make work queued later on this stream wait for all work queued so far on ``stream``."""
+
+    @abc.abstractmethod
+    def record_event(self, event: EventInterface | None = None) -> EventInterface:
+        """Record ``event`` (a new instance of the backend's ``Event`` class if None) on this stream and return it."""
+
+
+class EventInterface(abc.ABC):
+    """What a backend's ``Event`` class provides: the interface of ``torch.cuda.Event``.
+
+    Constructed as ``Event(enable_timing=False, blocking=False,
+    interprocess=False)``; an option the backend cannot honour raises
+    :class:`~torchdevice.errors.UnsupportedError`. Instances have
+    ``enable_timing``. ``Stream.record_event()`` must return an instance of
+    the backend's own ``Event`` class (``StreamOps.Event``), which is the
+    ``torch.cuda.Event`` of translated code. torch's own event classes have
+    it natively; :class:`torchdevice.streams.HostEvent` implements it on the
+    host clock.
+    """
+
+    @property
+    @abc.abstractmethod
+    def device(self) -> torch.device | None:
+        """The ``torch.device`` of the stream this event was last recorded on; None before its first record."""
+
+    @abc.abstractmethod
+    def record(self, stream: StreamInterface | None = None) -> None:
+        """Record this event on ``stream`` (default: the calling thread's current stream); returns None."""
+
+    @abc.abstractmethod
+    def wait(self, stream: StreamInterface | None = None) -> None:
+        """Make work queued later on ``stream`` (default: the current stream) wait for this event; returns None."""
+
+    @abc.abstractmethod
+    def query(self) -> bool:
+        """Return True when the work recorded before this event is complete (also for a never-recorded event, as CUDA)."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Block the calling thread until the work recorded before this event is complete; returns None."""
+
+    @abc.abstractmethod
+    def elapsed_time(self, end_event: EventInterface) -> float:
+        """Return the milliseconds (float) from this record to ``end_event``'s; ValueError if either is untimed or unrecorded.
+
+        Milliseconds, as CUDA's: a plugin timing on a clock in seconds or
+        nanoseconds must convert. The ValueError is CUDA's for an event created
+        without ``enable_timing=True`` or never recorded.
+        """
+
+
+# torch's own classes have the interfaces natively (torch.cuda.Stream/Event derive from them on a CUDA build).
+if hasattr(torch, "Stream"):
+    StreamInterface.register(torch.Stream)
+if hasattr(torch, "Event"):
+    EventInterface.register(torch.Event)
 
 
 class StreamOps(Ops):
-    """The streams/events family, which also owns the per-thread current device.
+    """The streams/events family (hook ``torchdevice_streams``), which also owns the per-thread current device.
 
-    ``Stream`` and ``Event`` are classes; the API hands them to user code
-    as ``torchdevice.Stream`` and, when translating, as ``torch.cuda.Stream``.
+    ``Stream`` and ``Event`` are the backend's classes, with the interfaces of
+    :class:`StreamInterface` and :class:`EventInterface`; the API hands them to
+    user code as ``torchdevice.Stream``/``Event`` and, when translating, as
+    ``torch.cuda.Stream``/``Event``. Both are ``None`` on a backend without
+    streams. The current device and the current stream are per thread, as
+    CUDA's: a new thread starts on device 0 and its default stream.
+
+    On a backend whose tensors are host tensors (device type ``cpu``), device
+    indices are logical: ``"cuda:1"`` is checked against the device count and
+    selects the current device, the streams of index 1 and whatever
+    per-device state the plugin keeps, while torch's ``cpu`` tensors carry no
+    index (``torch.ones(2, device="cuda:1").device`` is ``cpu`` under
+    translation; the stream's ``device_index`` keeps the 1).
     """
 
     family = "streams"
     Stream: ClassVar[type | None] = None
     Event: ClassVar[type | None] = None
-    current_device = unsupported("current_device")
-    set_device = unsupported("set_device")
-    synchronize = unsupported("synchronize")
-    current_stream = unsupported("current_stream")
-    default_stream = unsupported("default_stream")
-    set_stream = unsupported("set_stream")
+
+    @unsupported_by_default
+    def current_device(self) -> int:
+        """Return the calling thread's current device index (takes no index; a new thread starts on 0)."""
+
+    @unsupported_by_default
+    def set_device(self, index: int) -> None:
+        """Make device ``index`` the calling thread's current device; returns None."""
+
+    @unsupported_by_default
+    def synchronize(self, index: int) -> None:
+        """Block until all work queued on every stream of device ``index`` is complete; returns None."""
+
+    @unsupported_by_default
+    def current_stream(self, index: int) -> StreamInterface:
+        """Return the calling thread's current stream on device ``index`` (its default stream until ``set_stream``)."""
+
+    @unsupported_by_default
+    def default_stream(self, index: int) -> StreamInterface:
+        """Return device ``index``'s default stream (``stream_id`` 0), the same object for every thread."""
+
+    @unsupported_by_default
+    def set_stream(self, stream: StreamInterface) -> None:
+        """Make ``stream`` the calling thread's current stream on its device; TypeError if not this backend's ``Stream``."""
 
 
 class RNGOps(Ops):
-    """The random-number family, per device ``index``."""
+    """The random-number family (hook ``torchdevice_rng``): one default generator per device.
+
+    Operations with an ``index`` act on that device's generator. Those
+    without one act as ``torch.cuda``'s do: ``manual_seed``, ``seed`` and
+    ``initial_seed`` on the calling thread's *current* device only (read it
+    from your streams family), so with several devices the others keep their
+    state; ``manual_seed_all`` and ``seed_all`` on every device. A backend
+    whose devices share one generator (a host backend using torch's CPU
+    generator, :class:`torchdevice.cpu.CPURNG`) seeds that one generator in
+    every case.
+    """
 
     family = "rng"
-    manual_seed = unsupported("manual_seed")
-    manual_seed_all = unsupported("manual_seed_all")
-    seed = unsupported("seed")
-    seed_all = unsupported("seed_all")
-    initial_seed = unsupported("initial_seed")
-    get_rng_state = unsupported("get_rng_state")
-    set_rng_state = unsupported("set_rng_state")
-    default_generator = unsupported("default_generator")
+
+    @unsupported_by_default
+    def manual_seed(self, seed: int) -> None:
+        """Seed the current device's generator with ``seed`` (other devices keep their state); returns None."""
+
+    @unsupported_by_default
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed the generator of every device with the same ``seed``; returns None."""
+
+    @unsupported_by_default
+    def seed(self) -> None:
+        """Seed the current device's generator from a non-deterministic source; returns None."""
+
+    @unsupported_by_default
+    def seed_all(self) -> None:
+        """Seed every device's generator from one non-deterministic seed; returns None."""
+
+    @unsupported_by_default
+    def initial_seed(self) -> int:
+        """Return the seed the current device's generator was last seeded with."""
+
+    @unsupported_by_default
+    def get_rng_state(self, index: int) -> torch.Tensor:
+        """Return device ``index``'s generator state as a CPU ``torch.uint8`` tensor that ``set_rng_state`` restores exactly."""
+
+    @unsupported_by_default
+    def set_rng_state(self, state: torch.Tensor, index: int) -> None:
+        """Restore device ``index``'s generator from ``state``, a ``torch.uint8`` tensor from ``get_rng_state``."""
+
+    @unsupported_by_default
+    def default_generator(self, index: int) -> torch.Generator:
+        """Return device ``index``'s default ``torch.Generator`` (``torch.cuda.default_generators[index]``)."""
 
 
 class CollectiveOps(Ops):
-    """The collectives family.
+    """The collectives family (hook ``torchdevice_collectives``).
 
     ``dist_backend`` names the ``torch.distributed`` engine that carries this
     backend's tensors across processes (``"gloo"``, ``"nccl"``, ``"xccl"`` ...;
-    ``None`` when there is none). The router never maps backends to engines
-    itself: :mod:`torchdevice.distributed` asks this object.
+    ``None`` when there is none); ``torchdevice.dist_backend()`` returns it.
+    The router never maps backends to engines itself:
+    :mod:`torchdevice.distributed` asks this object.
 
     The operations are ``torch.cuda.comm``'s single-process, multi-device
-    collectives, with the signatures of :mod:`torchdevice.comm` except that
+    collectives, with the arguments of :mod:`torchdevice.comm` except that
     every device argument arrives resolved to a valid ``int`` index of this
-    backend (``-1``: host memory, for ``gather``'s destination). Results are
-    the ones ``torch.cuda.comm`` documents (lists, tuples, tensors alike).
+    backend (``-1``: host memory, for ``gather``'s destination), and
+    exactly one of ``devices`` and ``out`` is given where both exist.
     :class:`torchdevice.comm.DeviceComm` implements all six with torch
     operations for any device type; :class:`torchdevice.comm.NativeCUDAComm`
     passes them through to ``torch.cuda.comm``.
@@ -265,12 +491,49 @@ class CollectiveOps(Ops):
 
     family = "collectives"
     dist_backend: ClassVar[str | None] = None
-    broadcast = unsupported("broadcast")
-    broadcast_coalesced = unsupported("broadcast_coalesced")
-    reduce_add = unsupported("reduce_add")
-    reduce_add_coalesced = unsupported("reduce_add_coalesced")
-    scatter = unsupported("scatter")
-    gather = unsupported("gather")
+
+    @unsupported_by_default
+    def broadcast(
+        self, tensor: torch.Tensor, devices: list[int] | None, out: list[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        """Return copies of ``tensor``, one per index in ``devices`` (or copied into ``out``, returned)."""
+
+    @unsupported_by_default
+    def broadcast_coalesced(
+        self, tensors: list[torch.Tensor], devices: list[int], buffer_size: int = 10485760
+    ) -> list[list[torch.Tensor]]:
+        """Return a list of rows, one per device, of copies of ``tensors`` (all on ``devices[0]``); row 0 is ``tensors``.
+
+        Small tensors travel packed into buffers of at most ``buffer_size`` bytes.
+        """
+
+    @unsupported_by_default
+    def reduce_add(self, inputs: list[torch.Tensor], destination: int) -> torch.Tensor:
+        """Return the element-wise sum of ``inputs`` (same shape) on device ``destination``, which must hold one of them."""
+
+    @unsupported_by_default
+    def reduce_add_coalesced(
+        self, inputs: list[list[torch.Tensor]], destination: int, buffer_size: int = 10485760
+    ) -> tuple[torch.Tensor, ...]:
+        """Return one sum per tensor position of ``inputs`` (one list per device), on ``destination``."""
+
+    @unsupported_by_default
+    def scatter(
+        self,
+        tensor: torch.Tensor,
+        devices: list[int] | None,
+        chunk_sizes: list[int] | None = None,
+        dim: int = 0,
+        streams: list[Any] | None = None,
+        out: list[torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """Return ``tensor`` split along ``dim`` with one chunk on each of ``devices`` (or copied into ``out``)."""
+
+    @unsupported_by_default
+    def gather(
+        self, tensors: list[torch.Tensor], dim: int = 0, destination: int | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Return ``tensors`` concatenated along ``dim`` on device ``destination`` (``-1``: host memory), or into ``out``."""
 
 
 FAMILIES: dict[str, type[Ops]] = {
@@ -287,10 +550,14 @@ FAMILIES: dict[str, type[Ops]] = {
 class Backend:
     """Base class for a backend plugin: implements every hook for one backend.
 
-    Subclass it, set ``name``, ``device_type``, ``priority``, and implement
-    :meth:`availability`, :meth:`device_count`, :meth:`device_properties` and
-    the four family factories. Register an *instance* under the entry-point
-    group ``torchdevice``::
+    Subclass it, set ``name`` (what users pass to ``torchdevice.use()``:
+    letters, digits, ``_``, ``.``, ``-``), ``device_type`` (the torch device
+    type its tensors live on; ``"cpu"`` for host tensors), ``priority``
+    (higher wins automatic selection) and ``description`` (one line for
+    ``torchdevice info``), and implement :meth:`availability`,
+    :meth:`device_count`, :meth:`device_properties` and the four family
+    factories. Register an *instance* under the entry-point group
+    ``torchdevice``::
 
         [project.entry-points.torchdevice]
         mychip = "torchdevice_mychip:plugin"
@@ -305,29 +572,37 @@ class Backend:
     description: ClassVar[str] = ""
 
     def spec(self) -> BackendSpec:
+        """Return the declaration built from ``name``, ``device_type``, ``priority`` and ``description``."""
         return BackendSpec(self.name, self.device_type, self.priority, self.description)
 
     # Subclasses implement these; they are only called for an available backend,
     # except availability() itself.
     def availability(self) -> Availability:
+        """Return whether the backend runs here and why (not); must never raise, and must be quick."""
         raise NotImplementedError
 
     def device_count(self) -> int:
+        """Return the number of devices (at least 1); called once, when the backend is first resolved."""
         raise NotImplementedError
 
     def device_properties(self, index: int) -> DeviceProperties:
+        """Return the :class:`DeviceProperties` of device ``index`` (a valid index); called once per index."""
         raise NotImplementedError
 
     def memory(self) -> MemoryOps:
+        """Return the memory family object; the base's raises UnsupportedError for every operation."""
         return MemoryOps(self.name)
 
     def streams(self) -> StreamOps:
+        """Return the streams/events family object; the base's raises UnsupportedError for every operation."""
         return StreamOps(self.name)
 
     def rng(self) -> RNGOps:
+        """Return the random-number family object; the base's raises UnsupportedError for every operation."""
         return RNGOps(self.name)
 
     def collectives(self) -> CollectiveOps:
+        """Return the collectives family object; the base's has no engine and raises UnsupportedError."""
         return CollectiveOps(self.name)
 
     # -- the hooks -------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import torch
 
-from .backend import StreamOps, emulated, noop
+from .backend import EventInterface, StreamInterface, StreamOps, emulated, noop
 from .errors import InvalidDeviceError, UnsupportedError
 
 _DeviceClass = torch.device  # bound at import, before any translation patch
@@ -104,18 +104,23 @@ def set_current_device_of(backend: str, index: int) -> None:
     _state.device[backend] = index
 
 
-class HostStream:
+class HostStream(StreamInterface):
     """A stream of a host-synchronous backend (see the module docstring).
 
-    Mirrors ``torch.cuda.Stream``: ``Stream(device=None, priority=0)``,
-    ``query``, ``synchronize``, ``wait_event``, ``wait_stream``,
-    ``record_event``, and use as a context manager.
+    Implements :class:`torchdevice.backend.StreamInterface`, the interface of
+    ``torch.cuda.Stream``: ``Stream(device=None, priority=0)``, ``query``,
+    ``synchronize``, ``wait_event``, ``wait_stream``, ``record_event``, and
+    use as a context manager. A plugin subclasses it with its own
+    ``backend`` (its backend's name), ``device_type`` and ``device_count``,
+    and sets it as ``Stream`` of its :class:`HostStreamOps` subclass, next to
+    its :class:`HostEvent` subclass (that pairs the two).
     """
 
-    backend: ClassVar[str] = "cpu"
-    device_type: ClassVar[str] = "cpu"
-    #: how many devices the stream's backend has, for checking ``Stream(device=i)``; None: as
-    #: many as :func:`host_device_count` says (one per local rank, or TORCHDEVICE_DEVICE_COUNT)
+    backend: ClassVar[str] = "cpu"  #: the name of the backend the stream belongs to (keys per-thread state)
+    device_type: ClassVar[str] = "cpu"  #: the torch device type of :attr:`device`
+    #: how many devices the stream's backend has, for checking ``Stream(device=i)``; must equal the
+    #: backend's ``device_count()``. None: :func:`host_device_count` (1, or one per local rank under
+    #: torchrun), which is what the CPU backend's ``device_count()`` returns
     device_count: ClassVar[int | None] = None
     _event_class: ClassVar[type | None] = None  #: set by HostStreamOps subclasses (see there)
     _ids: ClassVar = itertools.count(1)
@@ -140,6 +145,8 @@ class HostStream:
 
     @property
     def device(self):
+        """``torch.device(device_type, device_index)``; on a host backend the index is logical (see
+        :class:`torchdevice.backend.StreamOps`): the backend's tensors themselves are plain ``cpu``."""
         return _DeviceClass(self.device_type, self.device_index)
 
     @staticmethod
@@ -206,15 +213,17 @@ class HostStream:
         return f"<torchdevice.Stream backend={self.backend} device={self.device} stream_id={self.stream_id}>"
 
 
-class HostEvent:
+class HostEvent(EventInterface):
     """An event of a host-synchronous backend (see the module docstring).
 
-    Mirrors ``torch.cuda.Event(enable_timing=False, blocking=False,
+    Implements :class:`torchdevice.backend.EventInterface`, the interface of
+    ``torch.cuda.Event(enable_timing=False, blocking=False,
     interprocess=False)``: ``record``, ``wait``, ``query``, ``synchronize``,
-    ``elapsed_time``.
+    ``elapsed_time`` (milliseconds on the host clock).
     """
 
-    backend: ClassVar[str] = "cpu"
+    backend: ClassVar[str] = "cpu"  #: the name of the backend the event belongs to
+    #: the Stream class :meth:`record` defaults to; set by :class:`HostStreamOps` subclasses (pairing)
     stream_class: ClassVar[type] = HostStream
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
@@ -229,6 +238,7 @@ class HostEvent:
 
     @property
     def device(self):
+        """The device of the stream this event was last recorded on; None before its first record."""
         return None if self._stream is None else self._stream.device
 
     def record(self, stream=None) -> None:

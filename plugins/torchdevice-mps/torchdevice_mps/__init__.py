@@ -71,6 +71,7 @@ from typing import Any, ClassVar
 from torchdevice.backend import (
     Availability,
     DeviceProperties,
+    EventInterface,
     emulated,
     native,
     noop,
@@ -139,7 +140,7 @@ class MPSMemory(TorchMemory):
         return max(total - used, 0), total
 
 
-class MPSEvent:
+class MPSEvent(EventInterface):
     """``torch.mps.Event`` behind the ``torch.cuda.Event`` interface.
 
     ``Event(enable_timing=False, blocking=False, interprocess=False)``;
