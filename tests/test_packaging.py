@@ -4,25 +4,27 @@ What this proves, from built artifacts only (never this checkout):
 
 * ``python -m build`` makes a wheel and an sdist of ``torchdevice`` and of each
   ``plugins/torchdevice-*`` (the wheel is built from the sdist, so the sdist is
-  complete), with version 0.1.0 in lockstep, the ``torchdevice==0.1.0``
+  complete), with version 1.0.0 in lockstep, the ``torchdevice>=1.0,<2``
   requirement, the entry point in group ``torchdevice``, and MLX's
   platform-marked dependency;
-* in a fresh venv, ``pip install --find-links dist 'torchdevice[mlx]'`` (torch
-  pinned to 2.13.0) gives a ``torchdevice info --json`` listing ``mlx`` found
-  through its entry point, with its distribution and version, and
-  ``torchdevice.use("mlx")`` reports MLX memory figures that move when MLX
-  arrays are allocated; ``torchdevice[all]`` brings the other four;
+* in a fresh venv, ``pip install --find-links dist 'torchdevice[mlx]'`` -- what a
+  user types, the package index reachable (torch pinned to 2.13.0) -- installs
+  *our* torchdevice, not the unrelated project of that name on PyPI (0.1.0-0.1.3
+  there; our 1.0.0 sorts above it), and gives a ``torchdevice info --json``
+  listing ``mlx`` found through its entry point, with its distribution and
+  version, and ``torchdevice.use("mlx")`` reports MLX memory figures that move
+  when MLX arrays are allocated; ``torchdevice[all]`` brings the other four. A
+  stand-in for the unrelated 0.1.3 shows that pip prefers our wheels, and that the
+  installation check fails where that project is installed instead;
 * the sample third-party plugin ``examples/vendor-plugin`` (written against
   ``docs/plugins.md``) installs from its wheel, is discovered, is selected when
   its priority is highest (and not when ``TORCHDEVICE_PRIORITY`` lowers it),
-  and its own tests -- the vendor kit from the installed wheel -- pass.
+  and its own tests -- the vendor kit from the installed wheel -- pass;
+* ``docs/tutorial.md`` runs as written: its files and commands, extracted and run
+  in order in an empty folder, build a plugin, pass the kit, build its wheel, and
+  install it into a fresh venv where torchdevice selects it.
 
-The name ``torchdevice`` on PyPI belongs to an unrelated project (0.1.0-0.1.3
-there), so the third-party dependencies (read from the wheels' metadata) are
-installed first, and our distributions then with ``--no-index`` from ``dist``:
-pip can never pick PyPI's ``torchdevice``.
-
-Slow (a fresh venv with torch and MLX, about a minute): it runs under
+Slow (fresh venvs with torch and MLX, a few minutes): it runs under
 ``tox -e packaging`` (``TORCHDEVICE_PACKAGING_TESTS=1``) or when this file is
 named on the pytest command line, and is skipped in the default test run.
 """
@@ -31,6 +33,8 @@ from __future__ import annotations
 import email.parser
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,7 +45,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSION = "0.1.0"
+VERSION = "1.0.0"
+PYPI_UNRELATED = "0.1.3"  #: the highest release of the unrelated project named torchdevice on PyPI
 PLUGINS = ("cuda", "mps", "mtia", "xpu", "mlx")
 PROJECTS = {"torchdevice": ROOT, **{f"torchdevice-{p}": ROOT / "plugins" / f"torchdevice-{p}" for p in PLUGINS}}
 VENDOR = ROOT / "examples" / "vendor-plugin"
@@ -103,23 +108,35 @@ def dist(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(dist, tmp_path_factory) -> Path:
-    """A fresh venv with the third-party dependencies, then ``torchdevice[mlx]`` from ``dist`` only."""
+    """A fresh venv where ``pip install --find-links dist 'torchdevice[mlx]'`` ran as a user types it: no
+    version pin, the package index reachable (torch, pluggy and MLX come from it, and so would PyPI's
+    unrelated ``torchdevice`` 0.1.x if pip preferred it)."""
     root = tmp_path_factory.mktemp("venv")
     _run([sys.executable, "-m", "venv", root / "venv"])
     bindir = root / "venv" / ("Scripts" if os.name == "nt" else "bin")
     constraints = root / "constraints.txt"
     constraints.write_text("torch==2.13.0\n")
-    third_party = []
-    for name in ("torchdevice", "torchdevice-mlx"):
-        meta, _ = _metadata(_wheel(dist, name))
-        for req in meta.get_all("Requires-Dist") or ():
-            if "extra ==" not in req and not req.lower().startswith("torchdevice"):
-                third_party.append(req)
     env = _clean_env(PIP_CONSTRAINT=str(constraints), PIP_DISABLE_PIP_VERSION_CHECK="1")
     pip = [bindir / "python", "-m", "pip", "install", "-q", "--no-compile"]  # no .pyc of torch: much faster
-    _run([*pip, *third_party, "pytest>=7"], env=env, cwd=root)
-    _run([*pip, "--no-index", "--find-links", dist, f"torchdevice[mlx]=={VERSION}"], env=env, cwd=root)
+    _run([*pip, "--find-links", dist, "torchdevice[mlx]", "pytest>=7"], env=env, cwd=root)
     return bindir
+
+
+def _installed_torchdevice(python, env) -> list[str]:
+    """``[metadata version, torchdevice.__version__ (or '-'), torchdevice.__file__]`` as ``python`` sees them."""
+    proc = _run([python, "-c",
+                 "import importlib.metadata as m, torchdevice as t; "
+                 "print(m.version('torchdevice'), getattr(t, '__version__', '-'), t.__file__)"], env=env)
+    return proc.stdout.split()
+
+
+def _assert_ours(python, prefix: Path, env) -> None:
+    """The torchdevice ``python`` imports is ours, from the built wheel, installed under ``prefix``."""
+    dist_version, module_version, path = _installed_torchdevice(python, env)
+    assert (dist_version, module_version) == (VERSION, VERSION), (
+        f"torchdevice {dist_version} (module {module_version}) is installed at {path}, not ours ({VERSION}): "
+        "pip took another distribution of that name (PyPI's unrelated torchdevice is 0.1.x)")
+    assert Path(path).resolve().is_relative_to(prefix.resolve()), f"{path} is not under {prefix}"
 
 
 def _info(bindir: Path, **env) -> dict:
@@ -137,6 +154,8 @@ def _record(info: dict, name: str) -> dict:
 
 
 def test_wheels_and_sdists_of_core_and_plugins(dist):
+    from packaging.requirements import Requirement
+
     for name in PROJECTS:
         assert (dist / f"{name.replace('-', '_')}-{VERSION}.tar.gz").exists(), f"no sdist of {name}"
         meta, entry_points = _metadata(_wheel(dist, name))
@@ -146,11 +165,9 @@ def test_wheels_and_sdists_of_core_and_plugins(dist):
             assert {*PLUGINS, "all"} <= extras
             continue
         plugin = name.split("-", 1)[1]
-        requires = meta.get_all("Requires-Dist") or []
-        assert f"torchdevice=={VERSION}" in requires, requires
+        (core,) = [r for r in map(Requirement, meta.get_all("Requires-Dist") or []) if r.name == "torchdevice"]
+        assert core.specifier.contains(VERSION) and not core.specifier.contains(PYPI_UNRELATED), core
         assert "[torchdevice]" in entry_points and f"{plugin} = torchdevice_{plugin}:plugin" in entry_points
-    from packaging.requirements import Requirement
-
     meta, _ = _metadata(_wheel(dist, "torchdevice-mlx"))
     requires = {(r.name, tuple(sorted(r.extras)), str(r.marker)) for r in map(Requirement, meta.get_all("Requires-Dist"))}
     assert ("mlx", ("cpu",), 'sys_platform == "linux"') in requires
@@ -161,14 +178,53 @@ def test_wheels_and_sdists_of_core_and_plugins(dist):
 
 
 def test_fresh_venv_uses_the_built_wheels(venv):
+    _assert_ours(venv / "python", venv.parent, _clean_env())
     proc = _run([venv / "python", "-c",
-                 "import torch, torchdevice, torchdevice_mlx; "
-                 "print(torch.__version__, torchdevice.__version__, torchdevice.__file__, torchdevice_mlx.__file__)"],
+                 "import torch, torchdevice_mlx; print(torch.__version__, torchdevice_mlx.__file__)"],
                 env=_clean_env(), cwd=venv)
-    torch_version, version, core_file, mlx_file = proc.stdout.split()
-    assert torch_version.startswith("2.13.0") and version == VERSION
-    for path in (core_file, mlx_file):
-        assert Path(path).resolve().is_relative_to(venv.parent.resolve()), f"{path} is not in the fresh venv"
+    torch_version, mlx_file = proc.stdout.split()
+    assert torch_version.startswith("2.13.0")
+    assert Path(mlx_file).resolve().is_relative_to(venv.parent.resolve()), f"{mlx_file} is not in the fresh venv"
+
+
+def _unrelated_wheel(folder: Path) -> Path:
+    """A stand-in for PyPI's unrelated ``torchdevice`` 0.1.3: the same name, no plugins, no extras."""
+    name = f"torchdevice-{PYPI_UNRELATED}"
+    wheel = folder / f"{name.replace('-', '_')}-py3-none-any.whl"
+    files = {
+        "torchdevice/__init__.py": "# Setup CUDA_VISIBLE_DEVICES (a stand-in for the unrelated project)\n",
+        f"torchdevice-{PYPI_UNRELATED}.dist-info/METADATA":
+            f"Metadata-Version: 2.1\nName: torchdevice\nVersion: {PYPI_UNRELATED}\n",
+        f"torchdevice-{PYPI_UNRELATED}.dist-info/WHEEL":
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = f"torchdevice-{PYPI_UNRELATED}.dist-info/RECORD"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+        zf.writestr(record, "".join(f"{path},,\n" for path in [*files, record]))
+    return wheel
+
+
+def test_pip_prefers_our_wheels_to_the_unrelated_project(dist, tmp_path):
+    index = tmp_path / "index"
+    index.mkdir()
+    _unrelated_wheel(index)
+    report = tmp_path / "report.json"
+    # Offline, so that the answer does not depend on the network: the stand-in plays PyPI's 0.1.3.
+    _run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-index",
+          "--find-links", index, "--find-links", dist, "--report", report, "torchdevice[mlx]"], env=_clean_env())
+    (chosen,) = [item["metadata"] for item in json.loads(report.read_text())["install"]]
+    assert (chosen["name"], chosen["version"]) == ("torchdevice", VERSION)
+
+
+def test_the_installation_check_fails_on_the_unrelated_project(tmp_path):
+    """Had pip taken PyPI's torchdevice, the check the fresh venv passes above would fail."""
+    target = tmp_path / "site"
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", target,
+          _unrelated_wheel(tmp_path)], env=_clean_env())
+    with pytest.raises(AssertionError, match="not ours"):
+        _assert_ours(sys.executable, target, _clean_env(PYTHONPATH=str(target)))
 
 
 def test_zero_code_activation_from_the_installed_wheel(venv):
@@ -215,8 +271,8 @@ def test_use_mlx_reports_moving_mlx_memory(venv):
 
 
 def test_all_extra_brings_every_plugin(venv, dist):
-    _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--no-index", "--find-links", dist,
-          f"torchdevice[all]=={VERSION}"], env=_clean_env(), cwd=venv)
+    _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--find-links", dist, "torchdevice[all]"],
+         env=_clean_env(), cwd=venv)
     info = _info(venv)
     for plugin in PLUGINS:
         record = _record(info, plugin)
@@ -234,7 +290,7 @@ def test_all_extra_brings_every_plugin(venv, dist):
 def vendor(venv, dist, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("vendor-dist")
     _build(VENDOR, out)
-    _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--no-index", "--find-links", out,
+    _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--find-links", out,
           "--find-links", dist, "torchdevice-simchip"], env=_clean_env(), cwd=venv)
     return out
 
@@ -263,3 +319,57 @@ def test_vendor_plugin_tests_pass_with_the_installed_kit(vendor, venv, tmp_path)
     tests = tmp_path / "tests"
     shutil.copytree(VENDOR / "tests", tests)
     _run([venv / "pytest", "-q", "-p", "no:cacheprovider", tests], env=_clean_env(), cwd=tmp_path)
+
+
+# -- the tutorial ------------------------------------------------------------------------------------
+
+TUTORIAL = ROOT / "docs" / "tutorial.md"
+_STEP = re.compile(r"<!-- tutorial: (?:run|file (\S+)) -->\n```\w*\n(.*?)\n```", re.DOTALL)
+
+
+def tutorial_script(text: str) -> str:
+    """``docs/tutorial.md`` as one bash script: its files written and its commands run, in document order."""
+    lines = ["set -euxo pipefail"]
+    for match in _STEP.finditer(text):
+        path, body = match.groups()
+        if path is None:
+            lines.append(body)
+            continue
+        assert "TUTORIAL_EOF" not in body
+        lines += [f'mkdir -p "$(dirname {shlex.quote(path)})"', f"cat > {shlex.quote(path)} <<'TUTORIAL_EOF'", body,
+                  "TUTORIAL_EOF"]
+    return "\n".join(lines) + "\n"
+
+
+def test_tutorial_script_has_every_step():
+    script = tutorial_script(TUTORIAL.read_text())
+    for needle in ("mkdir torchdevice-toychip", "cat > pyproject.toml", "cat > torchdevice_toychip/__init__.py",
+                   "cat > tests/test_toychip.py", 'pip wheel --no-deps --wheel-dir ../wheels "$CORE"', "pytest -q",
+                   "python -m build", "../try-toychip/bin/pip install --find-links ../wheels dist/"):
+        assert needle in script, needle
+
+
+def test_tutorial_from_an_empty_folder_to_a_tested_wheel(tmp_path):
+    """Run docs/tutorial.md as written (publishing excepted), in an empty folder."""
+    (tmp_path / "tutorial.sh").write_text(tutorial_script(TUTORIAL.read_text()))
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch==2.13.0\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _clean_env(CORE=str(ROOT), PIP_CONSTRAINT=str(constraints), PIP_DISABLE_PIP_VERSION_CHECK="1",
+                     PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    out = _run(["bash", tmp_path / "tutorial.sh"], cwd=work, env=env, timeout=1800).stdout
+    assert out.count("[ok] behaviour:") == 2 and "[FAIL]" not in out, out  # the kit, in development and on the wheel
+    rows = [line.split() for line in out.splitlines() if line.startswith("toychip ")]
+    assert len(rows) == 2, out
+    for row in rows:
+        assert row[1:4] == ["torchdevice-toychip", "1.0.0", "cpu"] and "*" in row, row
+    assert re.search(r"^\d+ passed", out, re.MULTILINE), out
+    project = work / "torchdevice-toychip"
+    assert (project / "dist" / "torchdevice_toychip-1.0.0-py3-none-any.whl").exists()
+    assert (project / "dist" / "torchdevice_toychip-1.0.0.tar.gz").exists()
+    try_env = work / "try-toychip"
+    _assert_ours(try_env / "bin" / "python", try_env, _clean_env())
+    proc = _run([try_env / "bin" / "python", "-c", "import torchdevice_toychip as t; print(t.__file__)"],
+                env=_clean_env(), cwd=work)
+    assert Path(proc.stdout.strip()).resolve().is_relative_to(try_env.resolve()), "the wheel was not what ran"

@@ -8,7 +8,7 @@ device-agnostic API over the active backend (see :mod:`torchdevice.api`).
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 from . import router as _router
 from .api import *  # noqa: F401,F403  (the public device-agnostic API)

@@ -23,7 +23,7 @@ from torchdevice.backend import Availability
 from torchdevice.comm import NativeCUDAComm
 from torchdevice.torch_backend import TorchNamespaceBackend
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 __all__ = ["CudaBackend", "CudaCollectives", "plugin"]
 
 

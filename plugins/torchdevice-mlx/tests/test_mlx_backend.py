@@ -89,7 +89,7 @@ def test_simulated_import_failure_is_reported_not_raised(monkeypatch):
 
 def test_info_lists_mlx_through_its_entry_point():
     record = next(b for b in info_json()["backends"] if b["name"] == "mlx")
-    assert (record["plugin"], record["distribution"], record["version"]) == ("mlx", "torchdevice-mlx", "0.1.0")
+    assert (record["plugin"], record["distribution"], record["version"]) == ("mlx", "torchdevice-mlx", torchdevice_mlx.__version__)
     assert record["available"] is True and record["automatic"] is False and record["selected"] is False
     assert record["device_type"] == "cpu" and record["priority"] == 60
 

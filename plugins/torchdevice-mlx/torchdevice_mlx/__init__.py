@@ -16,7 +16,7 @@ from .backend import MLXBackend
 from .bridge import from_mlx, to_mlx
 from .tensor import MLXTensor, fallback_counts
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 __all__ = ["MLXBackend", "MLXTensor", "fallback_counts", "plugin", "to_mlx", "from_mlx"]
 
 plugin = MLXBackend()

@@ -91,7 +91,7 @@ from torchdevice.torch_backend import (
     uses,
 )
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 __all__ = ["MPSBackend", "MPSMemory", "MPSStreams", "MPSRNG", "MPSStream", "MPSEvent", "plugin"]
 
 _NO_PEAK = "torch.mps keeps no peak figure; sample memory_allocated()/memory_reserved() where you need one"

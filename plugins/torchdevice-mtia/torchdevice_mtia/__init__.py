@@ -26,7 +26,7 @@ from __future__ import annotations
 from torchdevice.backend import DeviceProperties, translated, unsupported
 from torchdevice.torch_backend import TorchMemory, TorchNamespaceBackend, uses
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 __all__ = ["MTIABackend", "MTIAMemory", "plugin"]
 
 _NO_RESERVED = "the MTIA runtime reports no reserved figure through torch; use memory_stats()"

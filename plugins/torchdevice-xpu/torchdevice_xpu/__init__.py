@@ -21,7 +21,7 @@ from __future__ import annotations
 from torchdevice.backend import DeviceProperties
 from torchdevice.torch_backend import FirstThreadDefaultStream, TorchNamespaceBackend, TorchStreams
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 __all__ = ["XPUBackend", "XPUStreams", "plugin"]
 
 
