@@ -122,17 +122,18 @@ def venv(dist, tmp_path_factory) -> Path:
     return bindir
 
 
-def _installed_torchdevice(python, env) -> list[str]:
-    """``[metadata version, torchdevice.__version__ (or '-'), torchdevice.__file__]`` as ``python`` sees them."""
+def _installed_torchdevice(python, env, cwd) -> list[str]:
+    """``[metadata version, torchdevice.__version__ (or '-'), torchdevice.__file__]`` as ``python`` sees them
+    (run in ``cwd``: ``python -c`` imports from its working directory first, so never this checkout)."""
     proc = _run([python, "-c",
                  "import importlib.metadata as m, torchdevice as t; "
-                 "print(m.version('torchdevice'), getattr(t, '__version__', '-'), t.__file__)"], env=env)
+                 "print(m.version('torchdevice'), getattr(t, '__version__', '-'), t.__file__)"], env=env, cwd=cwd)
     return proc.stdout.split()
 
 
 def _assert_ours(python, prefix: Path, env) -> None:
     """The torchdevice ``python`` imports is ours, from the built wheel, installed under ``prefix``."""
-    dist_version, module_version, path = _installed_torchdevice(python, env)
+    dist_version, module_version, path = _installed_torchdevice(python, env, prefix)
     assert (dist_version, module_version) == (VERSION, VERSION), (
         f"torchdevice {dist_version} (module {module_version}) is installed at {path}, not ours ({VERSION}): "
         "pip took another distribution of that name (PyPI's unrelated torchdevice is 0.1.x)")
@@ -190,7 +191,7 @@ def test_fresh_venv_uses_the_built_wheels(venv):
 def _unrelated_wheel(folder: Path) -> Path:
     """A stand-in for PyPI's unrelated ``torchdevice`` 0.1.3: the same name, no plugins, no extras."""
     name = f"torchdevice-{PYPI_UNRELATED}"
-    wheel = folder / f"{name.replace('-', '_')}-py3-none-any.whl"
+    wheel = folder / f"{name}-py3-none-any.whl"
     files = {
         "torchdevice/__init__.py": "# Setup CUDA_VISIBLE_DEVICES (a stand-in for the unrelated project)\n",
         f"torchdevice-{PYPI_UNRELATED}.dist-info/METADATA":
@@ -206,16 +207,23 @@ def _unrelated_wheel(folder: Path) -> Path:
     return wheel
 
 
+def _resolves_to(tmp_path, *find_links) -> tuple[str, str]:
+    """What ``pip install --find-links ... 'torchdevice[mlx]'`` would install, offline (a dry run)."""
+    report = tmp_path / "report.json"
+    links = [arg for folder in find_links for arg in ("--find-links", folder)]
+    _run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-index",
+          *links, "--report", report, "torchdevice[mlx]"], env=_clean_env())
+    (chosen,) = [item["metadata"] for item in json.loads(report.read_text())["install"]]
+    return chosen["name"], chosen["version"]
+
+
 def test_pip_prefers_our_wheels_to_the_unrelated_project(dist, tmp_path):
+    # Offline, so that the answer does not depend on the network: the stand-in plays PyPI's 0.1.3.
     index = tmp_path / "index"
     index.mkdir()
     _unrelated_wheel(index)
-    report = tmp_path / "report.json"
-    # Offline, so that the answer does not depend on the network: the stand-in plays PyPI's 0.1.3.
-    _run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-index",
-          "--find-links", index, "--find-links", dist, "--report", report, "torchdevice[mlx]"], env=_clean_env())
-    (chosen,) = [item["metadata"] for item in json.loads(report.read_text())["install"]]
-    assert (chosen["name"], chosen["version"]) == ("torchdevice", VERSION)
+    assert _resolves_to(tmp_path, index) == ("torchdevice", PYPI_UNRELATED)  # pip sees the stand-in
+    assert _resolves_to(tmp_path, index, dist) == ("torchdevice", VERSION)
 
 
 def test_the_installation_check_fails_on_the_unrelated_project(tmp_path):
@@ -360,7 +368,7 @@ def test_tutorial_from_an_empty_folder_to_a_tested_wheel(tmp_path):
                      PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     out = _run(["bash", tmp_path / "tutorial.sh"], cwd=work, env=env, timeout=1800).stdout
     assert out.count("[ok] behaviour:") == 2 and "[FAIL]" not in out, out  # the kit, in development and on the wheel
-    rows = [line.split() for line in out.splitlines() if line.startswith("toychip ")]
+    rows = [line.split() for line in out.splitlines() if line.startswith("toychip ") and "torchdevice-toychip" in line]
     assert len(rows) == 2, out
     for row in rows:
         assert row[1:4] == ["torchdevice-toychip", "1.0.0", "cpu"] and "*" in row, row

@@ -24,7 +24,7 @@ _FILE = re.compile(r"<!-- tutorial: file (\S+) -->\n```\w*\n(.*?)\n```", re.DOTA
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("torchdevice-toychip")
     files = dict(_FILE.findall(TUTORIAL.read_text()))
-    assert set(files) == {"pyproject.toml", "torchdevice_toychip/__init__.py", "tests/test_toychip.py"}
+    assert set(files) == {"pyproject.toml", "README.md", "torchdevice_toychip/__init__.py", "tests/test_toychip.py"}
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text + "\n")
