@@ -199,11 +199,18 @@ def unsupported_by_default(fn: _Op) -> _Op:
 
 
 class Ops:
-    """Base of the operation objects; ``backend`` is the backend's name for error messages.
+    """Base of the family objects; ``backend`` is the backend's name, for error messages.
 
-    Device arguments reaching an Ops method are already resolved by the
-    router to a valid ``int`` index of this backend (``None``, ``"cuda:1"``,
-    ``torch.device`` and out-of-range indices are handled before).
+    A family object is made once, when the backend is resolved, and its
+    methods are then called directly on every API call. Device arguments
+    reaching them are already resolved by the router to a valid ``int``
+    index of this backend (``None``, ``"cuda:1"``, ``torch.device`` and
+    out-of-range indices are handled before). Override an operation with the
+    parameters documented here and tag it (``@native``, ``@translated``,
+    ``@emulated``, ``@noop``). Every operation not overridden raises
+    :class:`~torchdevice.errors.UnsupportedError` naming it and the backend,
+    as does one built with :func:`unsupported`, which should name what to use
+    instead; any operation raises it where the hardware cannot honour the call.
     """
 
     family: ClassVar[str] = ""

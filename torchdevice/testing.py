@@ -1261,7 +1261,7 @@ def _member_lines(name: str, value) -> list[str]:
 def hook_reference_markdown() -> str:
     """The hook reference as Markdown: hookspec signatures and docstrings, the ``Backend`` base, and
     every family's operations with their signatures and docstrings, read from the code."""
-    from .backend import Backend, EventInterface, StreamInterface
+    from .backend import Backend, EventInterface, Ops, StreamInterface
 
     lines = []
     hooks = [
@@ -1280,6 +1280,7 @@ def hook_reference_markdown() -> str:
             lines += _member_lines(name, value)
     lines.append("")
 
+    lines += ["### The families: what every operation has in common", "", _markdown(Ops.__doc__), ""]
     for family, cls in FAMILIES.items():
         lines += [f"### The {family} family: `{cls.__module__}.{cls.__name__}`", "", _markdown(cls.__doc__), ""]
         for op in cls.operations():
