@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import types
+import uuid
 
 import pytest
 import torch
@@ -91,8 +92,8 @@ def test_interprocess_events_are_refused_with_what_to_do(on_cpu):
 
 
 def test_the_default_stream_is_one_object_per_device_for_every_thread(on_cpu):
-    class Fresh(streams.HostStream):  # a backend no test has used: its default streams are made here
-        backend = "fresh_default_streams"
+    class Fresh(streams.HostStream):  # a backend nothing has used: its default streams are made here
+        backend = f"fresh_{uuid.uuid4().hex}"
 
     zero = streams.default_stream_of(Fresh, 0)
     assert type(zero) is Fresh and zero.stream_id == 0 and zero.device_index == 0

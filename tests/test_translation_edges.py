@@ -99,9 +99,12 @@ def test_every_device_entry_point_is_reported_under_its_name(translated, report,
     uses = report()
     assert uses.pop("torch.cuda.current_stream").calls == 1  # a namespace call, reported as such
     assert {api: (u.how, u.calls) for api, u in uses.items()} == expected
-    here = os.path.abspath(__file__)
-    assert uses["torch.device"].sites == {f"{here}:{line['torch.device'] - 1}": 3}
-    assert all(site.startswith(here + ":") for u in uses.values() for site in u.sites)
+    (site, count), = uses["torch.device"].sites.items()
+    assert count == 3  # one call site
+    if "MUTANT_UNDER_TEST" not in os.environ:  # under mutmut the caller is its trampoline, not this file
+        here = os.path.abspath(__file__)
+        assert site == f"{here}:{line['torch.device'] - 1}"
+        assert all(site.startswith(here + ":") for u in uses.values() for site in u.sites)
 
 
 def _line() -> int:
