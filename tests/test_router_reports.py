@@ -7,11 +7,14 @@ tests/test_router.py and tests/test_plugin_faults.py check the same through real
 """
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+
 import pytest
 from helpers import make_backend
 
 import torchdevice
 from torchdevice import BackendSpec, plugins, router
+from torchdevice.cpu import CPUMemory
 from torchdevice.errors import BackendUnavailableError, ConfigError, TorchDeviceError
 
 
@@ -71,6 +74,11 @@ def test_a_good_declaration_is_recorded_as_declared(router_state):
     assert _problems("tidy") == []
 
 
+class Bogus(CPUMemory):
+    def memory_allocated(self, index):
+        return -1
+
+
 def test_a_backend_declared_twice_is_asked_of_its_first_plugin_only(router_state):
     class Helper:  # answers the resolution hooks for "split", which its owner leaves open
         @torchdevice.hookimpl
@@ -98,7 +106,8 @@ def test_a_backend_declared_twice_is_asked_of_its_first_plugin_only(router_state
         def torchdevice_availability(self, name):
             return torchdevice.Availability(True, "owner says yes") if name == "split" else None
 
-    shadow = make_backend("split", _top() + 100, fail_in="memory")  # asked, it would break resolution
+    shadow = make_backend("split", _top() + 100)
+    shadow.memory = lambda: Bogus("split")  # asked about "split", its figures would be the answer
     router_state.register(Helper(), name="helper")
     router_state.register(Owner([BackendSpec("split", "cpu", _top() + 50)]), name="owner")
     router_state.register(shadow, name="shadow")
@@ -124,10 +133,11 @@ def test_availability_that_fails_is_the_reason(router_state):
 
 def test_plugins_that_never_declared_are_listed_with_why(router_state, monkeypatch):
     monkeypatch.setitem(plugins.plugin_info, "ghost", plugins.PluginInfo("ghost", "ghost-dist", "1.2"))
-    for problem in (plugins.Problem("ghost", "import", "ImportError: no module named ghostchip"),
-                    plugins.Problem("wraith", "validate", "PluginValidationError: typo"),
+    for problem in (plugins.Problem("noisy", "torchdevice_availability", "RuntimeError: not a discovery stage"),
                     plugins.Problem("gone", "torchdevice_backends", "RuntimeError: unregistered since"),
-                    plugins.Problem("cpu", "import", "recorded for a plugin that did declare")):
+                    plugins.Problem("cpu", "import", "recorded for a plugin that did declare"),
+                    plugins.Problem("ghost", "import", "ImportError: no module named ghostchip"),
+                    plugins.Problem("wraith", "validate", "PluginValidationError: typo")):
         plugins.report(problem)
     router.invalidate()
     records = _records()
@@ -140,11 +150,25 @@ def test_plugins_that_never_declared_are_listed_with_why(router_state, monkeypat
     wraith = records["wraith"]
     assert (wraith.distribution, wraith.version, wraith.reason) == (
         None, None, "plugin failed validation: PluginValidationError: typo")
-    assert "gone" not in records  # a plugin that raised in torchdevice_backends and was unregistered since
+    assert "gone" not in records and "noisy" not in records  # unregistered since; not a discovery failure
     assert records["cpu"].available and records["cpu"].device_type == "cpu"  # the problem does not replace it
     with pytest.raises(BackendUnavailableError) as info:
         torchdevice.use("ghost")
-    assert info.value.reason == "plugin failed to import: ImportError: no module named ghostchip"
+    assert (info.value.name, info.value.reason) == ("ghost", "plugin failed to import: ImportError: no module named ghostchip")
+    assert "cpu" in info.value.available and "(from torchdevice.use())" in str(info.value)
+
+
+def test_a_plugin_raising_in_its_declaration_is_listed_with_why(router_state):
+    class CrashChip:
+        @torchdevice.hookimpl
+        def torchdevice_backends(self):
+            raise RuntimeError("crashchip cannot enumerate")
+
+    router_state.register(CrashChip(), name="crashchip")
+    crash = _records()["crashchip"]
+    why = "RuntimeError: crashchip cannot enumerate"
+    assert (crash.available, crash.device_type, crash.reason, crash.problems) == (
+        False, None, f"plugin raised in torchdevice_backends: {why}", [f"plugin 'crashchip' (torchdevice_backends): {why}"])
 
 
 # -- errors of an explicit choice ----------------------------------------------------------------
@@ -204,17 +228,31 @@ def test_resolution_failures_are_reported_in_full(router_state):
     assert "(from TORCHDEVICE_BACKEND)" in str(info.value) and "alpha" in info.value.available
 
 
+def test_a_chosen_backend_failing_at_resolution_names_the_choice(router_state):
+    router_state.register(make_backend("flaky", _top() + 10, fail_in="collectives"))
+    torchdevice.use("flaky")  # available: the failure comes at resolution
+    with pytest.raises(BackendUnavailableError) as info:
+        torchdevice.current_backend()
+    assert info.value.name == "flaky" and str(info.value).startswith(
+        "torchdevice backend 'flaky' (from torchdevice.use()) is not available: torchdevice_collectives failed: ")
+
+
 def test_when_no_backend_resolves_every_failure_is_listed(router_state, monkeypatch):
     router_state.register(make_backend("flaky", _top() + 10, fail_in="rng"))
     router_state.register(make_backend("empty", _top() + 5, device_count=0))
-    monkeypatch.setattr(router, "_candidates", lambda: [("flaky", "priority"), ("empty", "priority")])
+    liar = make_backend("liar", _top() + 1)
+    liar.streams = lambda: 7
+    router_state.register(liar)
+    monkeypatch.setattr(router, "_candidates", lambda: [("flaky", "priority"), ("empty", "priority"),
+                                                        ("liar", "priority")])
     with pytest.raises(TorchDeviceError) as info:
         router.active()
     assert str(info.value) == (
         "no torchdevice backend could be resolved: torchdevice backend 'flaky' is not available: torchdevice_rng "
         "failed: plugin 'flaky' (torchdevice_rng): RuntimeError: flaky exploded in rng; available here: none; "
         "torchdevice backend 'empty' is not available: torchdevice_device_count of plugin 'empty' returned 0, "
-        "not at least 1; available here: none")
+        "not at least 1; available here: none; torchdevice backend 'liar' is not available: torchdevice_streams "
+        "of plugin 'liar' returned 7, not a StreamOps; available here: none")
 
 
 def test_device_properties_that_fail_are_an_error_naming_the_device(router_state):
@@ -262,3 +300,106 @@ def test_change_listeners_hear_every_invalidation(router_state):
         assert len(heard) == 2
     finally:
         router._listeners.pop()
+
+
+# -- the owner is asked first; other plugins answer what it leaves open ---------------------------
+
+
+def _families(name, label):
+    """A plugin answering every resolution hook, and availability and properties, for ``name``."""
+    base = make_backend(name, 0, device_count=2)
+
+    class Families:
+        @torchdevice.hookimpl
+        def torchdevice_availability(self, name):
+            return torchdevice.Availability(False, f"{label} says no") if name == base.name else None
+
+        @torchdevice.hookimpl
+        def torchdevice_device_properties(self, name, index):
+            if name != base.name:
+                return None
+            return torchdevice.DeviceProperties(name=f"{label} chip {index}", total_memory=1 << 30, type="cpu")
+
+    def answering(op):
+        def answer(self, name):
+            return op() if name == base.name else None
+
+        return answer
+
+    for hook in ("device_count", "memory", "streams", "rng", "collectives"):
+        answer = answering(getattr(base, hook))
+        answer.__name__ = f"torchdevice_{hook}"
+        setattr(Families, answer.__name__, torchdevice.hookimpl(answer))
+    return Families()
+
+
+class Owner(Declares):
+    def __init__(self, specs, properties=True):
+        super().__init__(specs)
+        if properties:
+            self.torchdevice_device_properties = torchdevice.hookimpl(
+                lambda name, index: torchdevice.DeviceProperties(name=f"owner chip {index}", total_memory=1 << 30,
+                                                                 type="cpu") if name == specs[0].name else None)
+
+    @torchdevice.hookimpl
+    def torchdevice_availability(self, name):
+        return torchdevice.Availability(True, "owner says yes") if name == self.specs[0].name else None
+
+
+def test_the_owner_answers_before_plugins_registered_after_it(router_state):
+    router_state.register(Owner([BackendSpec("owned", "cpu", _top() + 50)]), name="owner")
+    router_state.register(_families("owned", "helper"), name="helper")  # called before the owner by pluggy
+    assert _records()["owned"].reason == "owner says yes"
+    torchdevice.use("owned")
+    assert router.active().properties(1).name == "owner chip 1"
+
+
+def test_what_the_owner_leaves_open_is_asked_of_the_others_with_its_arguments(router_state):
+    router_state.register(Owner([BackendSpec("open", "cpu", _top() + 50)], properties=False), name="owner")
+    router_state.register(_families("open", "helper"), name="helper")
+    torchdevice.use("open")
+    assert router.active().properties(1).name == "helper chip 1"
+
+
+def test_a_hook_nobody_answers_is_the_reason(router_state):
+    class Broken:
+        @torchdevice.hookimpl
+        def torchdevice_device_count(self, name):
+            if name == "raising":
+                raise RuntimeError("no count today")
+            return None
+
+    router_state.register(Owner([BackendSpec("lone", "cpu", 1)], properties=False), name="lone")
+    router_state.register(Owner([BackendSpec("raising", "cpu", 1)], properties=False), name="raising")
+    router_state.register(Broken(), name="broken")
+    for name, why in (("lone", "torchdevice_device_count failed: no plugin answered"),
+                      ("raising", "torchdevice_device_count failed: plugin 'broken' (torchdevice_device_count): "
+                                  "RuntimeError: no count today")):
+        torchdevice.use(name)
+        with pytest.raises(BackendUnavailableError) as info:
+            torchdevice.current_backend()
+        assert info.value.reason == why
+
+
+def test_a_named_selection_loads_only_that_plugin(router_state, monkeypatch):
+    """Naming a backend imports its plugin alone: a slow or broken plugin elsewhere costs nothing."""
+    import pluggy
+
+    from torchdevice import hookspecs
+
+    fresh = pluggy.PluginManager(hookspecs.PROJECT)
+    fresh.add_hookspecs(hookspecs)
+    monkeypatch.setattr(plugins, "pm", fresh)
+    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(plugins, "plugin_info", {})
+    router.invalidate()
+    torchdevice.use("cpu")
+    assert torchdevice.current_backend() == "cpu" and torchdevice.memory_allocated() > 0
+    assert [name for name, _ in fresh.list_name_plugin()] == ["cpu"]
+    installed = {ep.name for ep in entry_points(group="torchdevice")} - plugins.blocked()
+    if "mlx" in installed:  # an entry point: that one is imported, no other
+        torchdevice.use("mlx")
+        assert sorted(name for name, _ in fresh.list_name_plugin()) == ["cpu", "mlx"]
+    with pytest.raises(torchdevice.BackendNotFoundError):
+        torchdevice.use("nochip")  # unknown: now everything is discovered, to list what is known
+    assert installed | {"cpu"} == {name for name, _ in fresh.list_name_plugin()}
