@@ -11,13 +11,12 @@ import os
 
 import pytest
 import torch
-from helpers import ACCELERATOR_PRESENT, CPU_FIRST
+from helpers import CPU_FIRST, with_cpu_first
 
 import torchdevice
 from torchdevice import plugins, router
 
-if ACCELERATOR_PRESENT:  # the suite expects automatic selection to pick cpu (see helpers.CPU_FIRST)
-    os.environ.update(CPU_FIRST)
+os.environ.update(CPU_FIRST)  # the suite expects automatic selection to pick cpu (see helpers.CPU_FIRST)
 
 ENV_VARS = ("TORCHDEVICE_BACKEND", "TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS")
 
@@ -39,7 +38,10 @@ class RouterState:
         self.registered.remove(name)
 
     def setenv(self, var: str, value: str) -> None:
-        """Set a variable the router reads at resolution, and drop the cached resolution."""
+        """Set a variable the router reads at resolution, and drop the cached resolution. A
+        ``TORCHDEVICE_PRIORITY`` keeps the suite's pin (helpers.CPU_FIRST) before the test's entries."""
+        if var == "TORCHDEVICE_PRIORITY":
+            value = with_cpu_first(value)
         self.monkeypatch.setenv(var, value)
         router.invalidate()
 
@@ -52,9 +54,8 @@ class RouterState:
 def router_state(monkeypatch):
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)
-    if ACCELERATOR_PRESENT:
-        for var, value in CPU_FIRST.items():
-            monkeypatch.setenv(var, value)
+    for var, value in CPU_FIRST.items():
+        monkeypatch.setenv(var, value)
     torchdevice.use(None)
     router.invalidate()
     problems_before = list(plugins.problems)

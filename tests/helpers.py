@@ -117,32 +117,79 @@ def foreign_entry_points() -> list[str]:
     return sorted({ep.name for ep in entry_points(group="torchdevice")} - OWN_ENTRY_POINTS)
 
 
-def _accelerator_present() -> bool:
+def _outranking_cpu() -> tuple[str, ...]:
+    """Backends that automatic selection would pick over the built-in cpu backend here: a real
+    GPU's (cuda on an NVIDIA machine), a third party's, a simulated one (docs/testing.md). Read by
+    discovery in this process with no ``TORCHDEVICE_*`` variable set, so declared priorities and
+    every installed plugin count, whatever the environment pytest was started from."""
+    from torchdevice import router
+
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("TORCHDEVICE_")}
+    try:
+        router.invalidate()
+        records = router.discover()
+        cpu = records["cpu"].priority or 0
+        return tuple(sorted(
+            r.name for r in records.values()
+            if r.name != "cpu" and r.available and r.automatic and r.device_type is not None
+            and r.priority is not None and r.priority >= cpu
+        ))
+    finally:
+        os.environ.update(saved)
+        router.invalidate()
+
+
+#: The backends that would outrank cpu in automatic selection on this machine (empty on a machine
+#: without accelerators and without third-party plugins: the reference machine).
+OUTRANKING_CPU = _outranking_cpu()
+#: whether automatic selection would pick something other than cpu here (a GPU runner)
+ACCELERATOR_PRESENT = bool(OUTRANKING_CPU)
+#: The suite's expectations are those of a machine without accelerators: there, automatic
+#: selection picks the built-in CPU backend. Where something outranks it (a GPU runner), this
+#: ranks those backends below cpu (priority 0) so automatic selection picks cpu too, while a
+#: test's own fake backend (priority > 0) still wins; tests of an accelerator name it (its
+#: plugin's tests, the kit, scripts/gpu_check.sh). Empty where nothing outranks cpu.
+CPU_FIRST = {"TORCHDEVICE_PRIORITY": ",".join(f"{name}=-1" for name in OUTRANKING_CPU)} if OUTRANKING_CPU else {}
+
+
+def _native_cuda_available() -> bool:
+    """``torch.cuda.is_available()`` as torch alone answers it (translation off)."""
     import torch
 
-    return any(getattr(torch, ns, None) is not None and getattr(torch, ns).is_available()
-               for ns in ("cuda", "xpu", "mps", "mtia"))
+    from torchdevice import translate
+
+    if not translate.is_patched():
+        return torch.cuda.is_available()
+    translate.unpatch()  # a process started with TORCHDEVICE_BACKEND set: ask torch untranslated
+    try:
+        return torch.cuda.is_available()
+    finally:
+        translate.patch()
 
 
-#: whether this machine has a real accelerator, read natively when the tests are collected
-ACCELERATOR_PRESENT = _accelerator_present()
-#: The suite's expectations are those of a machine without accelerators: there, automatic
-#: selection picks the built-in CPU backend. On a machine with one (a GPU runner), this ranks
-#: this repository's accelerator backends below cpu (priority 0) so automatic selection picks cpu
-#: too, while a test's own fake backend (priority > 0) still wins; tests of an accelerator name
-#: it (its plugin's tests, the kit, scripts/gpu_check.sh).
-CPU_FIRST = {"TORCHDEVICE_PRIORITY": ",".join(f"{name}=-1" for name in sorted(OWN_ENTRY_POINTS))}
+#: torch's own answer on this machine (True on a GPU runner): tests of native behaviour compare
+#: with it instead of assuming a CPU-only build
+NATIVE_CUDA_AVAILABLE = _native_cuda_available()
+
+
+def with_cpu_first(priority: str) -> str:
+    """A test's own ``TORCHDEVICE_PRIORITY`` value, after the suite's pin (:data:`CPU_FIRST`), so
+    it keeps automatic selection on the machine's expectations; the test's entries come last and
+    win for the names they repeat."""
+    pin = CPU_FIRST.get("TORCHDEVICE_PRIORITY")
+    return f"{pin},{priority}" if pin else priority
 
 
 def clean_env(env: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
     """``os.environ`` without any ``TORCHDEVICE_*`` variable, plus ``env``, with ``pythonpath``
     prepended; third-party plugins installed here are disabled unless ``env`` picks plugins, and
-    on a machine with an accelerator automatic selection is pinned to cpu (:data:`CPU_FIRST`)."""
+    where something outranks cpu automatic selection is pinned to cpu (:data:`CPU_FIRST`) unless
+    ``env`` sets priorities or picks plugins itself."""
     result = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
     foreign = foreign_entry_points()
     if foreign and not {"TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS"} & set(env or {}):
         result["TORCHDEVICE_DISABLE_PLUGINS"] = ",".join(foreign)
-    if ACCELERATOR_PRESENT and not {"TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS"} & set(env or {}):
+    if not {"TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS"} & set(env or {}):
         result.update(CPU_FIRST)
     paths = [str(p) for p in pythonpath]
     if result.get("PYTHONPATH"):

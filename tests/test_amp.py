@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from helpers import NATIVE_CUDA_AVAILABLE
 
 import torchdevice
 from torchdevice import amp, trace, translate
@@ -247,9 +248,15 @@ def test_unpatch_restores_identity_and_behaviour(on_cpu):
     assert all(vars(cls).get("__init__") is v for cls, v in inits.items())
     assert all(getattr(torch.amp, n) is v for n, v in amp_funcs.items())
     assert torch.cuda.amp.common.amp_definitely_not_available is common
-    with pytest.warns(UserWarning, match="CUDA is not available"):
-        ctx = torch.autocast("cuda")  # torch's own behaviour again
-    assert ctx._enabled is False
+    if NATIVE_CUDA_AVAILABLE:  # a GPU runner: torch's own CUDA autocast, silently on
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ctx = torch.autocast("cuda")
+        assert ctx._enabled is True and ctx.fast_dtype is torch.float16
+    else:  # torch's own behaviour without CUDA again
+        with pytest.warns(UserWarning, match="CUDA is not available"):
+            ctx = torch.autocast("cuda")
+        assert ctx._enabled is False
 
 
 def test_translated_calls_are_traced(patched):

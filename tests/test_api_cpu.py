@@ -389,3 +389,67 @@ def test_stream_priorities_clamp_into_the_host_range(on_cpu):
     assert torchdevice.Stream.priority_range() == (0, 0)
     assert torchdevice.Stream(priority=-3).priority == 0
     assert torchdevice.Stream(priority=5).priority == 0
+
+
+# -- the CPU's description, read from the OS ------------------------------------------------------
+
+
+def _meminfo_total() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def test_device_properties_describe_the_host(on_cpu):
+    from torchdevice import router
+
+    props = router.active().properties(0)
+    assert props.type == "cpu"
+    assert props.raw == {"cpu_capability": torch.backends.cpu.get_cpu_capability()}  # torch's own answer
+    assert props.multi_processor_count == os.cpu_count()
+    if os.path.exists("/proc/meminfo"):
+        assert props.total_memory == _meminfo_total()  # the kernel's figure, by either route
+
+
+def test_total_memory_falls_back_to_meminfo(monkeypatch):
+    from torchdevice import cpu
+
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo here")
+
+    def no_sysconf(name):
+        raise ValueError(f"unknown sysconf name {name}")
+
+    monkeypatch.setattr(cpu.os, "sysconf", no_sysconf)
+    assert cpu._total_memory() == _meminfo_total()
+
+
+@pytest.mark.parametrize(("cpuinfo", "expected"), [
+    ("processor\t: 0\nmodel name\t: Chip: rev 2 @ 3.0GHz\nflags\t: fpu\n", "Chip: rev 2 @ 3.0GHz"),
+    ("processor\t: 0\nflags\t: fpu\n", None),  # no model name: what platform says
+])
+def test_cpu_name_is_the_model_name_line(monkeypatch, cpuinfo, expected):
+    import io
+
+    from torchdevice import cpu
+
+    monkeypatch.setattr(cpu, "open", lambda path, *a, **k: io.StringIO(cpuinfo), raising=False)
+    monkeypatch.setattr(cpu.platform, "processor", lambda: "")
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
+    assert cpu._cpu_name() == (expected or "x86_64")
+
+
+def test_cpu_name_without_proc_is_what_platform_says(monkeypatch):
+    from torchdevice import cpu
+
+    def no_proc(path, *args, **kwargs):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(cpu, "open", no_proc, raising=False)
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(cpu.platform, "processor", lambda: "")
+    assert cpu._cpu_name() == "arm64"
+    monkeypatch.setattr(cpu.platform, "processor", lambda: "arm")
+    assert cpu._cpu_name() == "arm"

@@ -42,6 +42,9 @@ def _inputs() -> list:
         0, 1, 2, -1, 2**63, True, False, 0.0, 1.0, 0j, np.int64(0), np.int64(1), np.str_("cuda"),
         np.str_("cuda:1"), StrDevice.CUDA, StrDevice.CPU, Ordinal.ZERO, Ordinal.ONE, Named("cuda:0"),
         b"cuda", b"cpu", RealDevice("cpu"), ("cuda", 0), [0], object(),
+        # real device objects made before patching, far ordinals, things with __index__ that are no ordinal
+        RealDevice("cuda", 0), RealDevice("cuda", 1), RealDevice("cuda"), 200, 2**40, torch.tensor(0),
+        np.bool_(True),
     ]
     rng = random.Random(1234)
     drawn = []
@@ -55,6 +58,12 @@ def _inputs() -> list:
 def _as_native(value, count: int):
     """``value`` with the source family read as the target (cpu, ``count`` devices); or a marker
     that an out-of-range index must raise."""
+    if isinstance(value, torch.Tensor):
+        return value  # not a device ordinal: torch decides
+    if isinstance(value, RealDevice):
+        if value.type != "cuda":
+            return value
+        return "cpu" if value.index is None or value.index < count else RuntimeError
     if isinstance(value, bytes):
         value = value.decode()
     if isinstance(value, str):

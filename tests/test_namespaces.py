@@ -14,6 +14,9 @@ from torchdevice._patching import Patcher
 from torchdevice.backend import STATUS_ATTR, Status
 from torchdevice.errors import InvalidDeviceError
 
+#: torch's build facts, read while translation is off (collection): empty on a CPU-only build
+NATIVE_BUILD_FACTS = (torch.cuda.get_arch_list(), torch.cuda.get_gencode_flags())
+
 
 def _modules():
     mods = [torch.cuda, torch.cuda.memory, torch.cuda.random, torch.cuda.streams, torch.cuda.graphs,
@@ -378,7 +381,7 @@ def test_helpers_and_build_facts_pass_through(patched):
     import typing
 
     assert torch.cuda.cast is typing.cast and torch.cuda.lru_cache is functools.lru_cache
-    assert torch.cuda.get_arch_list() == [] and torch.cuda.get_gencode_flags() == ""
+    assert (torch.cuda.get_arch_list(), torch.cuda.get_gencode_flags()) == NATIVE_BUILD_FACTS
     assert torch.mtia.classproperty is not None  # torch 2.13 lacks it; the catalog lists it
 
 

@@ -141,3 +141,67 @@ def test_torch_is_untouched_until_the_commit_which_runs_uninterrupted(monkeypatc
     finally:
         torchdevice.unpatch()
         torchdevice.use(None)
+
+
+def test_a_patch_that_fails_half_way_leaves_torch_untouched(monkeypatch):
+    from torchdevice import translate
+
+    torchdevice.use("cpu")
+    translate.unpatch()
+    before = _snapshot()
+
+    def broken(patcher, target):
+        raise RuntimeError("installer failed half way")
+
+    monkeypatch.setattr(translate, "INSTALLERS", (*translate.INSTALLERS, "tests_broken_installer"))
+    monkeypatch.setitem(sys.modules, "tests_broken_installer", type(sys)("tests_broken_installer"))
+    sys.modules["tests_broken_installer"].install = broken
+    try:
+        try:
+            torchdevice.patch()
+        except RuntimeError as exc:
+            assert str(exc) == "installer failed half way"
+        else:
+            raise AssertionError("patch() did not raise")
+        assert not torchdevice.is_patched() and not _diff(before, _snapshot())
+    finally:
+        monkeypatch.undo()
+        torchdevice.use(None)
+    with torchdevice.patched():  # and the next patch works
+        assert torch.zeros(1, device="cuda").device.type == "cpu"
+
+
+class _Box:
+    pass
+
+
+def test_patcher_contract():
+    from torchdevice._patching import Patcher
+
+    box, other = _Box(), _Box()
+    box.a = "a0"
+    p = Patcher()
+    assert p.set(box, "a", "a1") == "a0" and p.set(box, "a", "a2") == "a1" and p.set(box, "b", "b1") is None
+    other.a = "x"
+    assert p.original(box, "a") == "a0"  # the value before the first patch, not the last
+    try:
+        p.original(other, "a")  # same name, another object: never patched
+    except KeyError as exc:
+        assert str(exc) == repr(f"{other!r}.a was not patched")
+    else:
+        raise AssertionError("original() of an unpatched attribute did not raise")
+    try:
+        p.original(box, "c")
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("original() of an unpatched name did not raise")
+    # staged changes wait for commit; discarded ones never happen, and later sets apply at once
+    p.stage()
+    assert p.set(box, "a", "staged") == "a2" and p.get(box, "a") == "staged" and box.a == "a2"
+    p.discard()
+    assert box.a == "a2" and p.get(box, "a") == "a2"
+    p.set(box, "a", "after discard")
+    assert box.a == "after discard"
+    p.restore()
+    assert vars(box) == {"a": "a0"} and len(p) == 0

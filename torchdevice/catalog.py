@@ -1,6 +1,6 @@
 """The seed catalog's device sections, shipped with the package.
 
-The migration plan ``../shared/seeds/004_*.txt`` catalogs the device APIs in
+The migration plan ``004_*.txt`` (a copy in ``tests/fixtures/seeds``) catalogs the device APIs in
 five sections: ``torch.cuda`` (76 functions), ``torch.mps`` (13), ``torch.xpu``
 (35), ``torch.mtia`` (21) and ``torch.distributed`` (56), each with argument
 names and a return type. Those rows are extracted into
@@ -102,11 +102,21 @@ def parse_seed(text: str) -> dict:
     return {"sections": sections}
 
 
+#: Where the seed is looked for: the copy kept in the repository (``tests/fixtures/seeds``, also
+#: in the sdist), then ``../shared/seeds`` next to a checkout.
+SEED_DIRS = (
+    Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "seeds",
+    Path(__file__).resolve().parents[2] / "shared" / "seeds",
+)
+
+
 def find_seed(root: Path | None = None) -> Path | None:
-    """The seed file, looked up in ``../shared/seeds`` next to the repository (or ``root``)."""
-    base = Path(root) if root is not None else Path(__file__).resolve().parents[2] / "shared" / "seeds"
-    matches = sorted(base.glob(SEED_GLOB)) if base.is_dir() else []
-    return matches[0] if matches else None
+    """The seed file, looked up in ``root`` or else in :data:`SEED_DIRS`, in order."""
+    for base in [Path(root)] if root is not None else SEED_DIRS:
+        matches = sorted(base.glob(SEED_GLOB)) if base.is_dir() else []
+        if matches:
+            return matches[0]
+    return None
 
 
 def render(data: dict, source: str) -> str:
@@ -166,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m torchdevice.catalog", description=__doc__.splitlines()[0])
-    parser.add_argument("seed", nargs="?", help="the seed file (default: ../shared/seeds/004_*.txt)")
+    parser.add_argument("seed", nargs="?", help="the seed file (default: tests/fixtures/seeds/004_*.txt)")
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
     args = parser.parse_args(argv)
     seed = Path(args.seed) if args.seed else find_seed()
     if seed is None or not seed.is_file():
-        print("torchdevice.catalog: no seed file found (looked in ../shared/seeds)", file=sys.stderr)
+        print(f"torchdevice.catalog: no seed file found (looked in {', '.join(map(str, SEED_DIRS))})", file=sys.stderr)
         return 2
     text = render(parse_seed(seed.read_text(encoding="utf-8")), seed.name)
     if args.check:

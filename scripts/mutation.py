@@ -1,0 +1,134 @@
+"""Mutation testing of the core, one module at a time (``tox -e mutation``; docs/testing.md).
+
+    python scripts/mutation.py                    # the five core modules, one after the other
+    python scripts/mutation.py devices streams    # some of them
+    python scripts/mutation.py cpu --max-children 1 --survivors
+
+Each module runs in its own scratch copy of the checkout (``.mutation/<module>/``, ignored by
+git) whose ``[tool.mutmut]`` names that module and the fast in-process tests that reach it
+(:data:`MODULES`): mutmut maps each mutated function to the tests that execute it and runs only
+those, so a module's mutants never wait on the whole suite. Subprocess tests import the unmutated
+tree, so they cannot kill a mutant and are not selected. The summary (killed, survived, timeout,
+no tests, score) is printed per module; ``--survivors`` also prints each surviving mutant's diff.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRATCH = ROOT / ".mutation"
+
+#: module -> the in-process test files that reach it (subprocess-only tests are deselected below)
+MODULES: dict[str, list[str]] = {
+    "devices": ["tests/test_devices.py", "tests/test_device_arguments.py", "tests/test_translation_edges.py",
+                "tests/test_default_generators.py", "tests/test_unpatch.py"],
+    "router": ["tests/test_router.py", "tests/test_router_reports.py", "tests/test_api_extras.py"],
+    "cpu": ["tests/test_api_cpu.py", "tests/test_honesty_oracle.py", "tests/test_default_generators.py"],
+    "streams": ["tests/test_host_streams.py", "tests/test_api_cpu.py", "tests/test_namespaces.py",
+                "tests/test_honesty_oracle.py"],
+    "_patching": ["tests/test_unpatch.py", "tests/test_devices.py", "tests/test_namespaces.py"],
+}
+#: tests in those files that only run subprocesses (the unmutated tree): they cannot kill a mutant
+SUBPROCESS_ONLY = ["entry_point_plugin_outranks_cpu_in_info_json", "info_shows_each_backends_description",
+                   "first_unpatch_restores_what_was_there_before_any_patch"]
+COPY = ["torchdevice", "plugins", "tests", "_torchdevice_autoload.py", "examples", "docs", "README.md",
+        "pyproject.toml"]
+
+
+def _config(module: str) -> str:
+    deselect = " and ".join(f"not {name}" for name in SUBPROCESS_ONLY)
+    return "\n".join([
+        "[tool.mutmut]",
+        f"source_paths = {json.dumps([f'torchdevice/{module}.py'])}",
+        f"also_copy = {json.dumps(COPY)}",
+        f"pytest_add_cli_args_test_selection = {json.dumps(MODULES[module])}",
+        f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-x', '-q', '-k', deselect])}",
+        "",
+    ])
+
+
+def _prepare(module: str) -> Path:
+    work = SCRATCH / module
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".mutation"))
+        elif src.exists():
+            shutil.copy2(src, work / name)
+    pyproject = (work / "pyproject.toml").read_text(encoding="utf-8")
+    pyproject = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\n\[).)*", "\n", pyproject, flags=re.S)
+    (work / "pyproject.toml").write_text(pyproject.rstrip("\n") + "\n\n" + _config(module), encoding="utf-8")
+    return work
+
+
+def _results(work: Path) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=work,
+                         capture_output=True, text=True, check=True).stdout
+    found = {}
+    for line in out.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and name:
+            found[name] = status.strip()
+    return found
+
+
+#: outcomes in which the tests did not pass with the mutant in place
+DETECTED = ("killed", "timeout", "segfault", "caught by type check")
+
+
+def _score(counts: Counter) -> str:
+    """Detected mutants (killed, timed out, crashed) over those the selected tests reach."""
+    reached = sum(n for s, n in counts.items() if s not in ("no tests", "skipped", "not checked"))
+    detected = sum(counts[s] for s in DETECTED)
+    return f"{100 * detected / reached:.1f}% ({detected}/{reached})" if reached else "n/a"
+
+
+def run(module: str, max_children: int, survivors: bool) -> Counter:
+    work = _prepare(module)
+    print(f"== mutmut over torchdevice/{module}.py ({', '.join(MODULES[module])})", flush=True)
+    subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)], cwd=work,
+                   check=False)
+    results = _results(work)
+    counts = Counter(results.values())
+    print(f"== {module}: {len(results)} mutants, " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+          + f"; score {_score(counts)}", flush=True)
+    if survivors:
+        for name, status in sorted(results.items()):
+            if status == "survived":
+                shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=work,
+                                       capture_output=True, text=True).stdout
+                print(shown, flush=True)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", metavar="MODULE",
+                        help=f"modules to mutate (default: all of {', '.join(MODULES)})")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
+    parser.add_argument("--survivors", action="store_true", help="print the diff of every surviving mutant")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
+    total: Counter = Counter()
+    for module in args.modules or list(MODULES):
+        total += run(module, args.max_children, args.survivors)
+    if len(args.modules or MODULES) > 1:
+        print(f"== all: {sum(total.values())} mutants, " + ", ".join(f"{s} {n}" for s, n in sorted(total.items()))
+              + f"; score {_score(total)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
