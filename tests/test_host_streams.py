@@ -46,9 +46,10 @@ def test_a_stream_context_switches_device_and_stream_and_restores_both(two_devic
 def test_record_event_records_a_new_event_on_that_stream(two_devices):
     side = torchdevice.Stream(device=1)
     event = side.record_event()
-    assert type(event) is type(torchdevice.Event()) and event.device == torch.device("cpu", 1)
+    assert type(event) is type(torchdevice.Event()) and event.device == torch.device("cpu")
+    assert event._stream.device_index == 1
     mine = torchdevice.Event()
-    assert side.record_event(mine) is mine and mine.device == torch.device("cpu", 1)
+    assert side.record_event(mine) is mine and mine.device == torch.device("cpu") and mine._stream is side
 
 
 def test_an_event_records_on_the_current_device_by_default(two_devices):
@@ -57,7 +58,8 @@ def test_an_event_records_on_the_current_device_by_default(two_devices):
     assert repr(event) == "<torchdevice.Event backend=cpu unrecorded enable_timing=False>"
     torchdevice.set_device(1)
     event.record()
-    assert event.device == torch.device("cpu", 1) and event.synchronize() is None
+    assert event.device == torch.device("cpu") and event.synchronize() is None
+    assert event._stream.device_index == 1
     assert repr(event) == "<torchdevice.Event backend=cpu recorded enable_timing=False>"
 
 
@@ -142,3 +144,16 @@ def test_subclassing_host_stream_ops_pairs_its_stream_and_event(on_cpu):
 def test_device_like_objects_name_their_index(on_cpu):
     assert streams.index_in("cuda:1") == 1 and streams.index_in("cuda") is None
     assert streams.index_in(types.SimpleNamespace(index=1)) == 1  # anything with an index, as torch.device
+
+
+def test_stream_and_event_devices_agree_with_the_tensors_under_translation(two_devices):
+    # a CUDA program sees one device for a tensor and the stream it was made on, as on CUDA
+    with torchdevice.patched():
+        for index in (0, 1):
+            tensor = torch.ones(2, device=f"cuda:{index}")
+            stream = torch.cuda.Stream(device=index)
+            event = stream.record_event()
+            assert stream.device == tensor.device == event.device
+            assert stream.device_index == index
+            with torch.cuda.device(stream.device_index):
+                assert torch.cuda.current_stream().device == tensor.device

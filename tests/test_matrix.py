@@ -188,3 +188,19 @@ def test_catalog_json_matches_the_seed():
     assert seed is not None and seed.name == json.loads(catalog.DATA.read_text(encoding="utf-8"))["source"]
     expected = catalog.render(catalog.parse_seed(seed.read_text(encoding="utf-8")), seed.name)
     assert catalog.DATA.read_text(encoding="utf-8") == expected, "regenerate: python -m torchdevice.catalog"
+
+
+def test_a_note_shown_for_one_backend_names_that_backend():
+    # notes differing only by the backend's name are merged under a "<backend>" placeholder; a
+    # note left for a single backend must name it
+    text = matrix.render_md()
+    single = []
+    for line in text.splitlines():
+        if not line.startswith("- `"):
+            continue
+        for part in line.split(" — ", 1)[1].split("; "):
+            owners, _, note = part.partition(": ")
+            if "," not in owners and "<backend>" in note:
+                single.append((owners, note))
+    assert not single, single[:3]
+    assert "<backend>" in text  # notes shared by several backends keep the placeholder

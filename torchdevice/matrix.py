@@ -437,6 +437,10 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _own_name(note: str, backend: str) -> str:
+    return note.replace("the <backend> backend", f"the {backend} backend").replace("backend <backend>", f"backend {backend!r}")
+
+
 def _notes_block(row: Row, names: list[str]) -> str:
     groups: dict[tuple[str, str], list[str]] = {}
     for b in names:
@@ -445,7 +449,12 @@ def _notes_block(row: Row, names: list[str]) -> str:
             # notes that differ only by the backend's own name are shown once
             note = note.replace(f"the {b} backend", "the <backend> backend").replace(f"backend {b!r}", "backend <backend>")
             groups.setdefault((st.value, note), []).append(b)
-    parts = [f"{', '.join(bs)}: {note or st}" for (st, note), bs in groups.items()]
+    parts = [
+        # a note shown for one backend names it; "<backend>" stands only for several
+        f"{', '.join(bs)}: {_own_name(note, bs[0]) if len(bs) == 1 else note or st}"
+        if note else f"{', '.join(bs)}: {st}"
+        for (st, note), bs in groups.items()
+    ]
     return f"- `{row.api}` — " + "; ".join(_md_cell(p) for p in parts)
 
 

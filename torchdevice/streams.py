@@ -145,8 +145,15 @@ class HostStream(StreamInterface):
 
     @property
     def device(self):
-        """``torch.device(device_type, device_index)``; on a host backend the index is logical (see
-        :class:`torchdevice.backend.StreamOps`): the backend's tensors themselves are plain ``cpu``."""
+        """The device the backend's tensors have, so ``stream.device == tensor.device`` holds.
+
+        On a backend whose tensors live in host memory (``device_type == "cpu"``) that is plain
+        ``torch.device("cpu")`` for every index, as a tensor made on ``"cuda:1"`` there is plain
+        ``cpu``; the logical index stays in :attr:`device_index` (see
+        :class:`torchdevice.backend.StreamOps`). Otherwise ``torch.device(device_type, device_index)``.
+        """
+        if self.device_type == "cpu":
+            return _DeviceClass("cpu")
         return _DeviceClass(self.device_type, self.device_index)
 
     @staticmethod
@@ -210,7 +217,7 @@ class HostStream(StreamInterface):
         return hash((self.backend, self.device_index, self.stream_id))
 
     def __repr__(self) -> str:
-        return f"<torchdevice.Stream backend={self.backend} device={self.device} stream_id={self.stream_id}>"
+        return f"<torchdevice.Stream backend={self.backend} device_index={self.device_index} stream_id={self.stream_id}>"
 
 
 class HostEvent(EventInterface):

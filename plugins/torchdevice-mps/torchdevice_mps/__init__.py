@@ -182,7 +182,8 @@ class MPSEvent(EventInterface):
     @native("torch.mps.Event.elapsed_time")
     def elapsed_time(self, end_event: "MPSEvent") -> float:
         if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            # ValueError, as torch.cuda.Event raises: the program catches what CUDA raises
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         return float(self._event.elapsed_time(end_event._event))
 
     def __repr__(self) -> str:
