@@ -103,11 +103,8 @@ def parse_seed(text: str) -> dict:
 
 
 #: Where the seed is looked for: the copy kept in the repository (``tests/fixtures/seeds``, also
-#: in the sdist), then ``../shared/seeds`` next to a checkout.
-SEED_DIRS = (
-    Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "seeds",
-    Path(__file__).resolve().parents[2] / "shared" / "seeds",
-)
+#: in the sdist); the project reads nothing outside its checkout.
+SEED_DIRS = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "seeds",)
 
 
 def find_seed(root: Path | None = None) -> Path | None:
