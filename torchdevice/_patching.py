@@ -34,6 +34,7 @@ class Patcher:
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
+        self._applied: list[Any] = []  # the value set by each entry of _saved, for resume()
         self._staged: dict[tuple[int, str], tuple[Any, str, Any]] | None = None
 
     def set(self, obj: Any, name: str, value: Any) -> Any:
@@ -49,6 +50,7 @@ class Patcher:
             return current
         current = getattr(obj, name, None)
         self._saved.append((obj, name, vars(obj).get(name, _MISSING)))
+        self._applied.append(value)
         setattr(obj, name, value)
         return current
 
@@ -68,6 +70,7 @@ class Patcher:
         with uninterrupted():
             for obj, name, value in staged.values():
                 self._saved.append((obj, name, vars(obj).get(name, _MISSING)))
+                self._applied.append(value)
                 setattr(obj, name, value)
 
     def discard(self) -> None:
@@ -84,15 +87,34 @@ class Patcher:
     def restore(self) -> None:
         """Undo every applied change, newest first, in one uninterrupted loop."""
         with uninterrupted():
-            while self._saved:
-                obj, name, original = self._saved.pop()
-                if original is _MISSING:
-                    try:
-                        delattr(obj, name)
-                    except AttributeError:
-                        pass
-                else:
-                    setattr(obj, name, original)
+            self._put_back()
+            self._saved.clear()
+            self._applied.clear()
+
+    def _put_back(self) -> None:
+        for obj, name, original in reversed(self._saved):
+            if original is _MISSING:
+                try:
+                    delattr(obj, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(obj, name, original)
+
+    def suspend(self) -> None:
+        """Give torch its own attributes back while keeping every change for :meth:`resume`.
+
+        For code that must see torch unpatched while translation stays on: torch's own
+        modules being imported (:class:`torchdevice.boundary.TorchImports`).
+        """
+        with uninterrupted():
+            self._put_back()
+
+    def resume(self) -> None:
+        """Re-apply every change after :meth:`suspend`."""
+        with uninterrupted():
+            for (obj, name, _), value in zip(self._saved, self._applied):
+                setattr(obj, name, value)
 
     def __len__(self) -> int:
         return len(self._saved)

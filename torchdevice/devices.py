@@ -37,7 +37,6 @@ from __future__ import annotations
 import copyreg
 import functools
 import operator
-import os
 import sys
 
 import torch
@@ -46,6 +45,7 @@ import torch.utils._device
 import torch.utils.data
 
 from . import trace
+from .boundary import in_torch
 from .errors import InvalidDeviceError
 
 _Device = torch.device  # the real classes, captured before any patch
@@ -151,6 +151,13 @@ def _note(device, api: str) -> None:
         pass
 
 
+# torch.compile: dynamo traces the program's code, ours included. It calls map_device at trace
+# time and bakes the mapped device into the graph (assume_constant_result's marker, set without
+# importing dynamo), and wrappers give it a plain version to trace (``_torchdynamo_inline``):
+# tracing the caches would guard on their contents and recompile as they grow.
+map_device._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 # -- torch.device and torch.Generator replacements ------------------------------------------
 
 
@@ -176,6 +183,17 @@ class _ProxyMeta(type):
 
     def __repr__(cls):
         return repr(cls._real)
+
+    # torch code reading ``torch.device`` at run time compares it with the class it captured at
+    # import (torch.fx: ``obj != torch.device``), which is torch's own (torchdevice.boundary)
+    def __eq__(cls, other):
+        return other is cls or other is cls._real
+
+    def __ne__(cls, other):
+        return not (other is cls or other is cls._real)
+
+    def __hash__(cls):
+        return hash(cls._real)
 
 
 class _DeviceMeta(_ProxyMeta):
@@ -235,8 +253,9 @@ for _proxy in (device, Generator):
 
 
 def _reduce_device(dev):
-    # pickle names the class by "torch.device", which is the stand-in while patched
-    return (device, (dev.type,) if dev.index is None else (dev.type, dev.index))
+    # pickle names the class by "torch.device": the stand-in while patched, torch's own class while
+    # torch's machinery runs unpatched (torchdevice.boundary)
+    return (torch.device, (dev.type,) if dev.index is None else (dev.type, dev.index))
 
 
 # -- wrappers -------------------------------------------------------------------------------
@@ -260,6 +279,13 @@ def _factory(fn, api):
                 _note(dev, api)
         return fn(*args, **kwargs)
 
+    def traced(*args, **kwargs):
+        dev = kwargs.get("device")
+        if dev is not None:
+            kwargs["device"] = map_device(dev)  # called at trace time: a constant (see _for_dynamo)
+        return fn(*args, **kwargs)
+
+    factory._torchdynamo_inline = traced  # type: ignore[attr-defined]
     return factory
 
 
@@ -319,16 +345,14 @@ def _move_method(source: str, kind: str, to):
     return move
 
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-
-
 def _is_source_property(source: str, device_type: str, real):
     api = f"Tensor.is_{source}"
     real_get = real.__get__
 
     def getter(self):
-        # torch's own code must see the truth: it routes `is_cuda` tensors into CUDA-only paths.
-        if sys._getframe(1).f_code.co_filename.startswith(_TORCH_DIR):
+        # all of torch's own code sees the truth (torchdevice.boundary): it routes `is_cuda`
+        # tensors into CUDA-only kernels, on the program's behalf too.
+        if in_torch(sys._getframe(1).f_code.co_filename):
             return real_get(self)
         if trace.active:
             trace.note(api, "translated")

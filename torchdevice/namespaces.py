@@ -71,7 +71,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from . import router
+from . import boundary, router
 from . import trace as _trace
 from .backend import STATUS_ATTR, Status, status_of
 from .errors import InvalidDeviceError, UnsupportedError
@@ -1418,6 +1418,35 @@ def _build(fx: _Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
     return _wrap(api, status_, note, built, name.rpartition(".")[2])
 
 
+def _install_backends_flags(patcher, fx: _Facade, view: View, ns: str, objects: dict) -> None:
+    """``torch.backends.<ns>.is_built`` (and MPS's ``is_available``) agree with the fronted namespace.
+
+    A program never sees ``is_available()`` True with ``is_built()`` False, a pair real torch
+    never reports; torch's own code keeps the real flags (:mod:`torchdevice.boundary`).
+    """
+    flags = getattr(torch.backends, ns, None)
+    if flags is None or "is_available" not in objects:
+        return
+    if ns == "mps" and hasattr(flags, "is_available"):
+        # MPS-written code asks torch.backends.mps.is_available() before choosing "mps"
+        status_, note = SPECS["is_available"].rule(view, ns)
+        built = _wrap(f"torch.backends.{ns}.is_available", status_, note,
+                      SPECS["is_available"].build(fx, ns, "is_available"), "is_available")
+        patcher.set(flags, "is_available", boundary.split(built, patcher.get(flags, "is_available")))
+    real_is_built = patcher.get(flags, "is_built", None)
+    if real_is_built is None:
+        return
+    available = fx.available
+
+    def is_built() -> bool:
+        return available or bool(real_is_built())
+
+    note = "True while the fronted is_available() is True (a build that reports a device is built for it); " \
+        "otherwise torch's own answer; torch's own code always gets torch's answer"
+    patcher.set(flags, "is_built", boundary.split(
+        _wrap(f"torch.backends.{ns}.is_built", TRANSLATED, note, is_built, "is_built"), real_is_built))
+
+
 def install(patcher, target) -> None:
     """Make every namespace in ``target.sources`` front the active backend (see the module docstring)."""
     global _installed
@@ -1449,16 +1478,13 @@ def install(patcher, target) -> None:
 
             objects["classproperty"] = classproperty
         for name, obj in objects.items():
+            if name in boundary.MACHINE_QUERIES and callable(obj):
+                obj = objects[name] = boundary.split(obj, patcher.get(module, name))
             patcher.set(module, name, obj)
             for sub in submodules:
                 if name in vars(sub):
                     patcher.set(sub, name, obj)
-        if ns == "mps" and "is_available" in objects:
-            # MPS-written code asks torch.backends.mps.is_available() before choosing "mps"
-            status_, note = SPECS["is_available"].rule(view, ns)
-            patcher.set(torch.backends.mps, "is_available", _wrap(
-                "torch.backends.mps.is_available", status_, note, SPECS["is_available"].build(fx, ns, "is_available"),
-                "is_available"))
+        _install_backends_flags(patcher, fx, view, ns, objects)
         if ns == "cuda":
             _install_nvtx(patcher, fx, view)
             _install_comm(patcher, fx, view)

@@ -26,7 +26,7 @@ import os
 import threading
 from typing import Iterator, NamedTuple
 
-from . import router
+from . import boundary, router
 from ._patching import Patcher
 
 #: Device types whose code torchdevice translates.
@@ -38,6 +38,7 @@ INSTALLERS = (
     "torchdevice.namespaces",
     "torchdevice.amp",
     "torchdevice.distributed",
+    "torchdevice.boundary",
 )
 
 ENV_REPORT_AVAILABLE = "TORCHDEVICE_REPORT_AVAILABLE"
@@ -67,6 +68,7 @@ _lock = threading.RLock()
 _patcher: Patcher | None = None
 _target: Target | None = None
 _options: dict = {}
+_imports: boundary.TorchImports | None = None
 
 
 def _report_available_default() -> bool:
@@ -104,7 +106,7 @@ def patch(*, report_available: bool | None = None) -> Target:
     then runs on the target. Override with ``TORCHDEVICE_REPORT_AVAILABLE=0``.
     Returns the :class:`Target`.
     """
-    global _patcher, _target
+    global _patcher, _target, _imports
     with _lock:
         if _patcher is not None:
             if report_available is None or report_available == _target.report_available:
@@ -125,13 +127,17 @@ def patch(*, report_available: bool | None = None) -> Target:
         except BaseException:
             patcher.discard()
             raise
+        boundary.warm()  # torch's lazy caches, filled from torch's own objects before the commit
         patcher.commit()
         _patcher, _target = patcher, new_target
+        _imports = boundary.install_imports(patcher)  # torch's modules imported from now on see torch
         return new_target
 
 
 def _unpatch_locked() -> None:
-    global _patcher, _target
+    global _patcher, _target, _imports
+    boundary.uninstall_imports(_imports)
+    _imports = None
     if _patcher is not None:
         _patcher.restore()
         for name in INSTALLERS:

@@ -1,0 +1,271 @@
+"""The boundary rule: the program is told it runs on its source device; torch sees the real machine.
+
+While translating, a question that *describes the machine* -- ``is_available``,
+``device_count``, ``current_device``, ``get_device_properties``,
+``get_device_capability``, ``get_device_name``, ``is_bf16_supported``,
+``is_initialized`` and ``torch.backends.<ns>.is_built`` -- gets two answers:
+
+* **the program** (any caller outside torch's package) gets the translated one,
+  describing the target in the source device's shape;
+* **torch's own machinery** (inductor, dynamo, the profiler, ``torch.utils``,
+  serialization, ``torch.backends``, ...: any caller inside torch's package) gets
+  torch's real answer, so it never takes a CUDA-only path on a machine that has
+  no CUDA (inductor reading ``gcnArchName``, the profiler recording CUDA events).
+
+Exceptions: torch code that acts *on the program's behalf* keeps the translated
+answers (:data:`ON_BEHALF`): seeding through ``torch.manual_seed``
+(``torch/random.py``), ``torch.get_device_module`` (``torch/__init__.py``), AMP
+(``torch/amp``), distributed (``torch/distributed``, ``torch/nn/parallel``) and
+torch's test harness (``torch/testing``, which instantiates a suite's CUDA tests
+from ``torch.cuda.is_available()``). The namespaces' own modules (``torch/cuda``
+...) are torch's real implementation -- what still runs of them is a native helper
+or the real answer itself -- so they see the real machine (``torch.cuda.current_device``
+asks ``is_initialized()`` before touching the driver).
+
+torch's modules imported while translating (``torch._dynamo`` on the first
+``torch.compile``, ``torch.profiler``...) are executed with torch unpatched
+(:class:`TorchImports`): module-level code builds tables keyed by ``torch.device``
+and the like, and must capture torch's own objects, not torchdevice's stand-ins.
+While such an import runs, other threads see torch unpatched too.
+
+``Tensor.is_cuda`` (:mod:`torchdevice.devices`) is a fact about a tensor that torch
+routes kernels on, on the program's behalf too: every caller inside torch gets the
+real value (:func:`in_torch`), with no exception. The decision is made per calling
+file and cached, so a call costs one frame lookup and one dict lookup.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import inspect
+import os
+import sys
+import threading
+from typing import Any, Callable
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+#: Paths under torch's package whose calls keep the translated answers (see the module docstring).
+ON_BEHALF = tuple(
+    _TORCH_DIR + p.replace("/", os.sep)
+    for p in (
+        "__init__.py", "random.py", "amp/", "distributed/", "nn/parallel/", "testing/",
+    )
+)
+
+#: The machine-describing functions the rule applies to, per fronted namespace.
+MACHINE_QUERIES = frozenset({
+    "is_available", "device_count", "current_device", "get_device_properties", "get_device_capability",
+    "get_device_name", "is_bf16_supported", "is_initialized",
+})
+
+_verdicts: dict[str, bool] = {}
+
+
+def torch_internal(filename: str) -> bool:
+    """Whether code in ``filename`` is torch's own machinery, which sees the real machine."""
+    verdict = _verdicts.get(filename)
+    if verdict is None:
+        verdict = _verdicts[filename] = filename.startswith(_TORCH_DIR) and not filename.startswith(ON_BEHALF)
+    return verdict
+
+
+def in_torch(filename: str) -> bool:
+    """Whether ``filename`` lies in torch's package (the rule for tensor attributes)."""
+    return filename.startswith(_TORCH_DIR)
+
+
+def split(translated: Callable, real: Callable) -> Callable:
+    """``translated`` for the program, ``real`` for torch's own machinery (decided by the caller's file).
+
+    The result takes exactly ``translated``'s parameters (generated code, no ``*args`` packing),
+    so ``inspect.signature`` and a wrong call's ``TypeError`` read as the translated function's.
+    """
+    params, call, scope = _parameters(inspect.signature(translated))
+    scope.update(_getframe=sys._getframe, _internal=torch_internal, _real=real, _translated=translated)
+    source = (
+        f"def answer({params}):\n"
+        f"    if _internal(_getframe(1).f_code.co_filename):\n"
+        f"        return _real({call})\n"
+        f"    return _translated({call})\n"
+    )
+    exec(compile(source, f"<torchdevice.boundary {getattr(translated, '__name__', '?')}>", "exec"), scope)
+    answer = scope["answer"]
+    functools.update_wrapper(answer, translated)
+    answer.__code__ = answer.__code__.replace(co_name=translated.__name__, co_qualname=translated.__name__)
+    answer.__torchdevice_real__ = real  # type: ignore[attr-defined]
+    return answer
+
+
+def _parameters(sig: inspect.Signature) -> tuple[str, str, dict]:
+    """The parameter list and the forwarding call of ``sig``, with defaults bound in a scope."""
+    P = inspect.Parameter
+    params: list[str] = []
+    call: list[str] = []
+    scope: dict = {}
+    star = False
+    for i, p in enumerate(sig.parameters.values()):
+        text = p.name
+        if p.default is not P.empty:
+            scope[f"_d{i}"] = p.default
+            text += f"=_d{i}"
+        if p.kind is P.VAR_POSITIONAL:
+            params.append(f"*{p.name}")
+            call.append(f"*{p.name}")
+            star = True
+        elif p.kind is P.VAR_KEYWORD:
+            params.append(f"**{p.name}")
+            call.append(f"**{p.name}")
+        elif p.kind is P.KEYWORD_ONLY:
+            if not star:
+                params.append("*")
+                star = True
+            params.append(text)
+            call.append(f"{p.name}={p.name}")
+        else:
+            params.append(text)
+            call.append(p.name)
+        if p.kind is P.POSITIONAL_ONLY and not any(
+            q.kind is P.POSITIONAL_ONLY for q in list(sig.parameters.values())[i + 1:]
+        ):
+            params.append("/")
+    return ", ".join(params), ", ".join(call), scope
+
+
+class TorchImports(importlib.abc.MetaPathFinder):
+    """Import torch's own modules with torch unpatched (see the module docstring).
+
+    Installed first on ``sys.meta_path`` while translating. It finds nothing itself: it asks
+    the finders after it and wraps the loader of a ``torch.*`` module so that executing the
+    module (and every module that import pulls in) runs between the patcher's
+    ``suspend()`` and ``resume()``.
+    """
+
+    def __init__(self, patcher) -> None:
+        self.patcher = patcher
+        self._lock = threading.Lock()
+        self._depth = 0
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if not fullname.startswith("torch."):
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _UnpatchedLoader(spec.loader, self)
+        return spec
+
+    def enter(self) -> None:
+        with self._lock:
+            self._depth += 1
+            if self._depth == 1:
+                self.patcher.suspend()
+
+    def leave(self) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                try:
+                    warm()
+                finally:
+                    self.patcher.resume()
+
+
+class _UnpatchedLoader:
+    """A module's own loader, executing it inside :meth:`TorchImports.enter`/``leave``."""
+
+    def __init__(self, loader, imports: TorchImports) -> None:
+        self._loader = loader
+        self._imports = imports
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        # the module keeps its own loader, not this wrapper (inspect, importlib.resources)
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._imports.enter()
+        try:
+            self._loader.exec_module(module)
+        finally:
+            self._imports.leave()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+#: torch caches filled lazily, on first use, from torch's attributes: module -> how to fill them.
+#: They are filled while torch is unpatched (at patch() if the module is loaded, else when it is
+#: imported), so a later use while translating finds torch's own objects in them, never ours.
+WARMERS: dict[str, Callable[[Any], object]] = {
+    # dynamo's table of torch functions to put in graphs (by identity) and of Tensor's builtin methods
+    "torch._dynamo.trace_rules": lambda m: (m.get_torch_obj_rule_map(), m.get_tensor_method()),
+}
+_warmed: set[str] = set()
+
+
+def warm() -> None:
+    """Fill the caches of :data:`WARMERS` whose modules are loaded; call with torch unpatched."""
+    for name, fill in WARMERS.items():
+        module = sys.modules.get(name)
+        if name not in _warmed and module is not None and hasattr(module, "__file__"):
+            try:
+                fill(module)
+            except AttributeError:
+                continue  # the module is still being imported (a cycle): filled at the next import
+            _warmed.add(name)
+
+
+_guard: TorchImports | None = None
+
+
+def install_imports(patcher) -> TorchImports:
+    """Put a :class:`TorchImports` for ``patcher`` first on ``sys.meta_path``; return it."""
+    global _guard
+    finder = _guard = TorchImports(patcher)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def uninstall_imports(finder: TorchImports | None) -> None:
+    global _guard
+    _guard = None
+    if finder is not None and finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+
+
+def unpatched(fn: Callable) -> Callable:
+    """``fn`` run with torch unpatched while translating: for torch machinery that runs no program
+    code and reads torch's attributes by identity (inductor keys its lowerings by torch functions)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        guard = _guard
+        if guard is None:
+            return fn(*args, **kwargs)
+        guard.enter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            guard.leave()
+
+    return run
+
+
+def install(patcher, target) -> None:
+    """Run inductor unpatched: ``torch.compile``'s default backend compiles the graph dynamo
+    captured (the program's code, already translated) with torch's own objects."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper is not None:
+        patcher.set(wrapper, "__call__", unpatched(patcher.get(wrapper, "__call__")))
