@@ -231,8 +231,8 @@ def status(name: str) -> tuple[Status, str]:
         wanted = {"is_nccl_available": "nccl", "is_xccl_available": "xccl"}.get(short)
         if wanted is None and foreign:
             return Status.TRANSLATED, (
-                f"True for the source family's engine among {mapped} (nccl: cuda, the default; xccl: xpu) while "
-                f"is_available() is reported True (it runs on {eng!r}); torch's own answer for other names"
+                f"True for {mapped} when it is the source family's engine (nccl for cuda, the default; xccl for "
+                f"xpu) and is_available() is reported True (it runs on {eng!r}); torch's own answer otherwise"
             )
         if wanted in foreign:
             return Status.TRANSLATED, (

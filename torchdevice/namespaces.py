@@ -374,9 +374,9 @@ def _optional_index(fx: _Facade, device) -> int:
 
 @_spec("is_available", declared(
     TRANSLATED,
-    "True only while {ns} is the source family (TORCHDEVICE_SOURCE / torchdevice run --source, default cuda) "
-    "and the {backend} backend has devices, or is accelerator-less with report_available on "
-    "(TORCHDEVICE_REPORT_AVAILABLE, default 1); False for the other families",
+    "True only while {ns} is the source family (TORCHDEVICE_SOURCE / torchdevice run --source, default cuda), "
+    "and then when the {backend} backend has devices, or is accelerator-less with report_available on "
+    "(TORCHDEVICE_REPORT_AVAILABLE, default 1); False while another family is the source",
 ))
 def _b_is_available(fx, ns, name):
     available = fx.available_for(ns)
