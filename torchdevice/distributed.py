@@ -695,7 +695,7 @@ def install(patcher, target) -> None:
     _state.engine = active.collectives.dist_backend
     _state.backend_name = target.backend
     _state.foreign = frozenset(_foreign_engines(target.device_type, target.sources))
-    source_engine = dist.Backend.default_device_backend_map.get(getattr(target, "source", "cuda"))
+    source_engine = dist.Backend.default_device_backend_map.get(target.source)
     _state.claimed = frozenset(n for n in _state.foreign if n == source_engine)
 
     modules = [dist, c10d]

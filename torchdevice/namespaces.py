@@ -333,7 +333,7 @@ class _Facade:
         self.count = count = active.device_count
         #: whether the target claims devices at all (before the source-family rule)
         self.available = bool(target.report_available or target.indexed) and count > 0
-        self.source = getattr(target, "source", "cuda")
+        self.source = target.source
         backend = active.name
         current = active.streams.current_device
         self.current = current

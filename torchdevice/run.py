@@ -388,7 +388,7 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         "backend": target.backend,
         "device_type": target.device_type,
         "translated_sources": sorted(target.sources),
-        "source": getattr(target, "source", "cuda"),
+        "source": target.source,
         "exit_status": status,
         "duration_s": round(duration, 3),
         "total_calls": sum(a["calls"] for a in apis),
