@@ -11,14 +11,15 @@ import os
 
 import pytest
 import torch
-from helpers import CPU_FIRST, with_cpu_first
+from helpers import CPU_FIRST, unset_env, with_cpu_first
 
 import torchdevice
 from torchdevice import plugins, router
 
 os.environ.update(CPU_FIRST)  # the suite expects automatic selection to pick cpu (see helpers.CPU_FIRST)
 
-ENV_VARS = ("TORCHDEVICE_BACKEND", "TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS")
+ENV_VARS = ("TORCHDEVICE_BACKEND", "TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS",
+            "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")
 
 
 class RouterState:
@@ -52,8 +53,7 @@ class RouterState:
 
 @pytest.fixture
 def router_state(monkeypatch):
-    for var in ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
+    unset_env(monkeypatch, *ENV_VARS)
     for var, value in CPU_FIRST.items():
         monkeypatch.setenv(var, value)
     torchdevice.use(None)

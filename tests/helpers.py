@@ -180,6 +180,15 @@ def with_cpu_first(priority: str) -> str:
     return f"{pin},{priority}" if pin else priority
 
 
+def unset_env(monkeypatch, *names: str) -> None:
+    """Unset each variable for the test and put its value back afterwards -- also when the test
+    (an in-process ``torchdevice run``, which exports variables) sets one that was unset before:
+    ``monkeypatch.delenv`` alone records nothing for a variable that is not set."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 def clean_env(env: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
     """``os.environ`` without any ``TORCHDEVICE_*`` variable, plus ``env``, with ``pythonpath``
     prepended; third-party plugins installed here are disabled unless ``env`` picks plugins, and

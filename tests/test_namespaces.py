@@ -114,10 +114,23 @@ def test_only_source_namespaces_are_fronted(on_cpu):
 
 
 def test_is_available_and_device_count_agree_while_translating(patched):
-    for ns in (torch.cuda, torch.xpu, torch.mtia, torch.mps):
-        assert ns.is_available() is True
-        assert ns.device_count() == 1
-    assert torch.backends.mps.is_available() is True
+    """Only the source family (cuda by default) claims a device; the others agree at 0."""
+    assert torch.cuda.is_available() is True and torch.cuda.device_count() == 1
+    for ns in (torch.xpu, torch.mtia, torch.mps):
+        assert ns.is_available() is False
+        assert ns.device_count() == 0
+    assert torch.backends.mps.is_available() is False
+
+
+@pytest.mark.parametrize("source", ["mps", "xpu", "mtia"])
+def test_another_source_family_claims_the_device(on_cpu, restore_rng, source):
+    with translate.patched(source=source) as target:
+        assert target.source == source
+        for name in ("cuda", "mps", "xpu", "mtia"):
+            ns = getattr(torch, name)
+            assert ns.is_available() is (name == source), name
+            assert ns.device_count() == (1 if name == source else 0), name
+        assert torch.backends.mps.is_available() is (source == "mps")
 
 
 def test_report_available_off(on_cpu):

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import Result, clean_env, run_concurrently, torchdevice_script
+from helpers import Result, clean_env, run_concurrently, torchdevice_script, unset_env
 
 PROBE = """\
 import json, os, sys
@@ -106,7 +106,7 @@ def inproc(on_cpu, monkeypatch):
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
-    monkeypatch.delenv("TORCHDEVICE_BACKEND", raising=False)
+    unset_env(monkeypatch, "TORCHDEVICE_BACKEND", "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")  # run exports them
     was = translate.is_patched()
     try:
         yield cli.main
@@ -219,7 +219,7 @@ def test_in_process_run_returns_status(tmp_path, on_cpu, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     main_before = sys.modules["__main__"]
     monkeypatch.setitem(sys.modules, "__main__", main_before)
-    monkeypatch.delenv("TORCHDEVICE_BACKEND", raising=False)
+    unset_env(monkeypatch, "TORCHDEVICE_BACKEND", "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")
     was = translate.is_patched()
     try:
         assert run_mod.run(str(script), []) == 0

@@ -25,7 +25,9 @@ own import; everything torchdevice needs from torch is defined by then.
 Child processes inherit the environment, so DataLoader workers (fork or
 spawn), ``torch.multiprocessing.spawn`` children and ``torchrun`` workers
 turn translation on as soon as they import torch. ``torchdevice run`` exports
-``TORCHDEVICE_BACKEND`` for exactly this reason.
+``TORCHDEVICE_BACKEND`` for exactly this reason, and ``TORCHDEVICE_SOURCE``
+(the source family) and, with ``--devices``, ``TORCHDEVICE_DEVICE_COUNT`` so
+that children answer ``is_available()`` and ``device_count()`` as the parent.
 """
 from __future__ import annotations
 

@@ -17,9 +17,10 @@ What the figures mean on CPU (torch has no CPU allocator statistics):
 * ``memory_stats`` carries those figures under CUDA's key names plus the raw
   ``/proc`` fields they come from.
 
-The CPU is one device; under a launcher that sets ``LOCAL_WORLD_SIZE``
-(torchrun) it is exposed as that many logical devices, all the same host CPU,
-so that each local rank's ``cuda:LOCAL_RANK`` is valid (see
+The CPU is one device; ``TORCHDEVICE_DEVICE_COUNT=N`` (``torchdevice run
+--devices N``) exposes it as N logical devices, all the same host CPU, and so
+does a launcher that sets ``LOCAL_WORLD_SIZE`` (torchrun) when that variable
+is unset, so that each local rank's ``cuda:LOCAL_RANK`` is valid (see
 :func:`torchdevice.streams.host_device_count`). Memory figures are the
 process's own whichever index is asked.
 

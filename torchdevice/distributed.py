@@ -30,9 +30,10 @@ on the real engine):
   reporting ``is_cuda``; translated tensors get there under a class answering
   ``is_cuda`` False (same storage), see :func:`_wrap_broadcast`.
 * ``is_nccl_available()`` / ``is_xccl_available()`` / ``is_backend_available``
-  answer True for a foreign engine that translation carries, when
-  ``torch.cuda.is_available()`` is reported True (``report_available``, see
-  :func:`torchdevice.translate.patch`), so programs take their NCCL path.
+  answer True for a foreign engine that translation carries, when it is the
+  engine of the source family (nccl for ``cuda``, the default; xccl for
+  ``xpu``; see :func:`torchdevice.translate.patch`) and ``is_available()`` is
+  reported True (``report_available``), so programs take their NCCL path.
 
 What differs from NCCL on gloo (measured on torch 2.13, CPU, 2 processes):
 
@@ -139,6 +140,9 @@ _MEASURED = {"gloo", "nccl"}
 
 ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 
+#: the source family whose programs ask for a foreign engine (``is_nccl_available`` is a cuda question)
+_ENGINE_SOURCE = {"nccl": "cuda", "xccl": "xpu"}
+
 
 # -- queries -------------------------------------------------------------------------------
 
@@ -227,13 +231,13 @@ def status(name: str) -> tuple[Status, str]:
         wanted = {"is_nccl_available": "nccl", "is_xccl_available": "xccl"}.get(short)
         if wanted is None and foreign:
             return Status.TRANSLATED, (
-                f"True for {mapped} while translating with is_available() reported True (they run on {eng!r}); "
-                "torch's own answer for other names"
+                f"True for {mapped} when it is the source family's engine (nccl for cuda, the default; xccl for "
+                f"xpu) and is_available() is reported True (it runs on {eng!r}); torch's own answer otherwise"
             )
         if wanted in foreign:
             return Status.TRANSLATED, (
-                f"True while translating with is_available() reported True: {wanted!r} runs on {eng!r}; "
-                "torch's own answer otherwise"
+                f"True while translating {_ENGINE_SOURCE.get(wanted, wanted)}-family code (the source family) with "
+                f"is_available() reported True: {wanted!r} runs on {eng!r}; torch's own answer otherwise"
             )
         return Status.NATIVE, "torch's own"
     notes = ENGINE_NOTES.get(eng, {})
@@ -255,6 +259,8 @@ class _State:
     engine: str | None = None
     backend_name: str = ""
     foreign: frozenset = frozenset()
+    #: the foreign engine of the source family (nccl for cuda): what is_*_available() claims
+    claimed: frozenset = frozenset()
 
 
 _state = _State()
@@ -593,7 +599,7 @@ def _wrap_available(orig, engine_name: str | None):
         if name is None:  # is_backend_available(backend)
             backend = args[0] if args else kwargs.get("backend")
             name = str(backend).lower() if backend is not None else None
-        if name in _state.foreign and _state.engine is not None and _state.target.report_available:
+        if name in _state.claimed and _state.engine is not None and _state.target.report_available:
             return True
         return orig(*args, **kwargs)
 
@@ -689,6 +695,8 @@ def install(patcher, target) -> None:
     _state.engine = active.collectives.dist_backend
     _state.backend_name = target.backend
     _state.foreign = frozenset(_foreign_engines(target.device_type, target.sources))
+    source_engine = dist.Backend.default_device_backend_map.get(target.source)
+    _state.claimed = frozenset(n for n in _state.foreign if n == source_engine)
 
     modules = [dist, c10d]
     _patch_function(patcher, modules, "init_process_group",
@@ -720,3 +728,4 @@ def uninstall() -> None:
     _state.target = None
     _state.engine = None
     _state.foreign = frozenset()
+    _state.claimed = frozenset()

@@ -483,6 +483,13 @@ def render_md(backends=None) -> str:
         "mlx), so CUDA-only programs take their GPU path; set `TORCHDEVICE_REPORT_AVAILABLE=0` (or "
         "`torchdevice.patch(report_available=False)`) to make it False, with `device_count()` 0.",
         "",
+        "Only the *source family* -- the device type the program is written for: `cuda` by default, else "
+        "`TORCHDEVICE_SOURCE=mps|xpu|mtia` (`torchdevice run --source`, `torchdevice.patch(source=...)`) -- "
+        "reports a device: the other translated namespaces' `is_available()` is False and `device_count()` 0 "
+        "(`torch.backends.mps.is_available()` too unless the source is mps; `is_nccl_available()` is True "
+        "for cuda, `is_xccl_available()` for xpu), while their other functions translate as listed. The "
+        "statuses below hold whatever the source family.",
+        "",
         "| status | meaning |",
         "|---|---|",
     ]

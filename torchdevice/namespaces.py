@@ -38,6 +38,19 @@ from, so ``torchdevice matrix`` cannot disagree with what a call does.
     then ``is_available()`` is False and ``device_count()`` is 0, so programs
     take their CPU path. ``device_count()`` always agrees with ``is_available()``.
 
+Only the source family claims a device
+    No real machine has CUDA, MPS, XPU and MTIA devices at once, and programs
+    that probe several families take the first that answers True (transformers'
+    Trainer its XPU branch, tutorials "You have mps device"). So only the
+    family the program is written for -- the *source family*, ``cuda`` by
+    default, ``TORCHDEVICE_SOURCE=mps|xpu|mtia`` / ``torchdevice run --source`` /
+    ``torchdevice.patch(source=...)`` otherwise -- answers as above; the other
+    fronted namespaces answer ``is_available()`` False and ``device_count()``
+    0 (``torch.backends.mps.is_available()`` too unless the source is mps),
+    while every other function of theirs still translates when called. The
+    target's own namespace is never fronted: on the cuda backend ``torch.cuda``
+    is torch's own and answers for the hardware, whatever the source family.
+
 Optional operations: a plugin gives functions that no base family carries a
 real answer by defining a tagged method of the same name on its Ops subclass
 (see :data:`OPTIONAL_OPS`): ``device_memory_used``, ``memory_usage``,
@@ -318,7 +331,9 @@ class _Facade:
         self.backend = active.name
         self.memory, self.streams, self.rng = active.memory, active.streams, active.rng
         self.count = count = active.device_count
+        #: whether the target claims devices at all (before the source-family rule)
         self.available = bool(target.report_available or target.indexed) and count > 0
+        self.source = target.source
         backend = active.name
         current = active.streams.current_device
         self.current = current
@@ -338,6 +353,10 @@ class _Facade:
         self.sync_debug_mode = 0
         self.state: dict[str, Any] = {}
 
+    def available_for(self, ns: str) -> bool:
+        """What ``torch.<ns>.is_available()`` answers: only the source family claims a device."""
+        return self.available and ns == self.source
+
 
 def _optional_index(fx: _Facade, device) -> int:
     """CUDA's ``_get_device_index(device, optional=True)``: -1 for None/negative, else the index."""
@@ -355,11 +374,12 @@ def _optional_index(fx: _Facade, device) -> int:
 
 @_spec("is_available", declared(
     TRANSLATED,
-    "True while translating {ns} code to the {backend} backend: the backend has devices, or it is "
-    "accelerator-less and report_available is on (TORCHDEVICE_REPORT_AVAILABLE, default 1)",
+    "True only while {ns} is the source family (TORCHDEVICE_SOURCE / torchdevice run --source, default cuda), "
+    "and then when the {backend} backend has devices, or is accelerator-less with report_available on "
+    "(TORCHDEVICE_REPORT_AVAILABLE, default 1); False while another family is the source",
 ))
 def _b_is_available(fx, ns, name):
-    available = fx.available
+    available = fx.available_for(ns)
 
     def is_available() -> bool:
         return available
@@ -368,10 +388,11 @@ def _b_is_available(fx, ns, name):
 
 
 @_spec("device_count", declared(
-    TRANSLATED, "the {backend} backend's device count; 0 when is_available() is False (report_available off)",
+    TRANSLATED, "the {backend} backend's device count; 0 when is_available() is False ({ns} not the source "
+    "family, or report_available off)",
 ))
 def _b_device_count(fx, ns, name):
-    count = fx.count if fx.available else 0
+    count = fx.count if fx.available_for(ns) else 0
 
     def device_count() -> int:
         return count

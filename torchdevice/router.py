@@ -354,6 +354,9 @@ def _activate() -> ActiveBackend:
     with _lock:
         if _active is not None:
             return _active
+        from .streams import configured_device_count
+
+        configured_device_count()  # a bad TORCHDEVICE_DEVICE_COUNT: one clear error, not a plugin failure
         failures = []
         for name, source in _candidates():
             if source != "priority":

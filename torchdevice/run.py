@@ -2,8 +2,8 @@
 
 ::
 
-    torchdevice run [--backend NAME] [--report FILE] SCRIPT [ARGS...]
-    torchdevice run [--backend NAME] [--report FILE] -m MODULE [ARGS...]
+    torchdevice run [--backend NAME] [--source FAMILY] [--devices N] [--report FILE] SCRIPT [ARGS...]
+    torchdevice run [--backend NAME] [--source FAMILY] [--devices N] [--report FILE] -m MODULE [ARGS...]
     python -m torchdevice run ...
 
 It behaves like ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``):
@@ -26,6 +26,23 @@ backend (``--backend NAME`` chooses it, as ``TORCHDEVICE_BACKEND`` does), and
 ``subprocess`` Pythons) turn the same translation on when they import torch,
 through the ``torch.backends`` entry point (:mod:`torchdevice.autoload`).
 ``TORCHDEVICE_LOG=info|debug`` logs each translated call site once.
+
+``--source FAMILY`` (``cuda``, ``mps``, ``xpu``, ``mtia``) is the family the
+program is written for, the only one whose ``is_available()`` reports a
+device (see :mod:`torchdevice.namespaces`); it is exported as
+``TORCHDEVICE_SOURCE`` to the program and its children. Without the flag or
+the variable, the main script is scanned (:mod:`torchdevice.scan`, nothing
+is run): a script whose accelerator uses all belong to one family other than
+cuda (``torch.backends.mps.is_available()``, ``"mps"``) gets that family;
+anything else -- cuda uses, several families, none, ``-m MODULE``, a
+directory or zip -- gets ``cuda``.
+
+``--devices N`` gives a host backend (cpu, mlx) N logical devices, all the
+same host, exported as ``TORCHDEVICE_DEVICE_COUNT`` so that children agree:
+``torch.cuda.device_count()`` is N and ``cuda:0`` .. ``cuda:N-1`` are valid
+(``mp.spawn(fn, nprocs=torch.cuda.device_count())`` starts N processes).
+Without it, ``TORCHDEVICE_DEVICE_COUNT``, else a launcher's ``LOCAL_WORLD_SIZE``,
+decides. A backend with devices of its own keeps its real count.
 
 ``--report FILE`` writes, when the program ends (normally, by ``sys.exit`` or
 by an exception), which translated APIs it called, how many times, from
@@ -50,12 +67,22 @@ EXIT_USAGE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .translate import SOURCE_TYPES
+
     parser.usage = (
-        "torchdevice run [-h] [--backend NAME] [--report FILE] SCRIPT [ARGS...]\n"
-        "       torchdevice run [-h] [--backend NAME] [--report FILE] -m MODULE [ARGS...]"
+        "torchdevice run [-h] [--backend NAME] [--source FAMILY] [--devices N] [--report FILE] SCRIPT [ARGS...]\n"
+        "       torchdevice run [-h] [--backend NAME] [--source FAMILY] [--devices N] [--report FILE] "
+        "-m MODULE [ARGS...]"
     )
     parser.add_argument("--backend", metavar="NAME",
                         help="backend to run on (default: TORCHDEVICE_BACKEND, else automatic selection)")
+    parser.add_argument("--source", metavar="FAMILY", type=str.lower, choices=SOURCE_TYPES,
+                        help="the device family the program is written for, the only one reporting a device: "
+                             f"{', '.join(SOURCE_TYPES)} (default: TORCHDEVICE_SOURCE, else inferred from the "
+                             "script, else cuda); exported as TORCHDEVICE_SOURCE")
+    parser.add_argument("--devices", metavar="N", type=_device_count_arg,
+                        help="logical devices of a host backend (cpu, mlx), exported as TORCHDEVICE_DEVICE_COUNT "
+                             "(default: TORCHDEVICE_DEVICE_COUNT, else LOCAL_WORLD_SIZE, else 1)")
     parser.add_argument("--report", metavar="FILE",
                         help="when the program ends, write the translated APIs it called to FILE "
                              "(JSON if it ends in .json, else Markdown)")
@@ -75,32 +102,96 @@ def main(args: argparse.Namespace) -> int:
         print(f"torchdevice run: error: missing {what} (usage: torchdevice run [options] "
               f"{'-m MODULE' if args.module else 'SCRIPT'} [ARGS...])", file=sys.stderr)
         return EXIT_USAGE
-    return run(program[0], program[1:], module=args.module, backend=args.backend, report=args.report)
+    return run(program[0], program[1:], module=args.module, backend=args.backend, report=args.report,
+               source=args.source, devices=args.devices)
 
 
-def _activate(backend: str | None):
-    """Select ``backend`` (if given), turn translation on, export it to children; return the Target."""
+def _device_count_arg(value: str) -> int:
+    """``--devices``: a whole number of at least 1 (argparse names the option and the value otherwise)."""
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of devices (a whole number of at least 1)")
+    return count
+
+
+def infer_source(path: str) -> tuple[str | None, str]:
+    """The source family script ``path`` is written for, by a static scan, and why (None: the default).
+
+    A family other than cuda only when every accelerator use the scan finds
+    in the script belongs to it; cuda uses, several families, none, or a
+    file that cannot be read or parsed give None.
+    """
+    from . import scan
+
+    if not os.path.isfile(path):
+        return None, "not a script file"
+    try:
+        with open(path, "rb") as f:
+            uses = scan.scan_source(f.read(), path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return None, f"cannot scan the script ({type(exc).__name__})"
+    found = scan.families(uses)
+    if len(found) == 1 and found != {"cuda"}:
+        (family,) = found
+        return family, f"the script uses {family} only"
+    if not found:
+        return None, "the script names no accelerator family"
+    return None, f"the script uses {', '.join(sorted(found))}"
+
+
+def _activate(backend: str | None, source: str | None = None, devices: int | None = None,
+              program: str | None = None):
+    """Select ``backend`` (if given), turn translation on, export it to children; return the Target.
+
+    ``source`` / ``devices``: ``--source`` / ``--devices`` (exported as
+    ``TORCHDEVICE_SOURCE`` / ``TORCHDEVICE_DEVICE_COUNT``); ``program``: the
+    script to infer the source family from when neither flag nor variable names one.
+    """
     from . import autoload, router, trace, translate
+    from .errors import ConfigError
+    from .streams import ENV_DEVICE_COUNT
 
+    if source is not None:
+        source = translate.check_source(source, "--source")
+    if devices is not None:
+        if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+            raise ConfigError("--devices", str(devices), "give a whole number of at least 1")
+        os.environ[ENV_DEVICE_COUNT] = str(devices)
+        router.invalidate()
     if backend is not None:
         router.check(backend, "--backend")
         os.environ[router.ENV_BACKEND] = backend
         router.invalidate()  # re-resolves (and re-installs translation if autoload already turned it on)
-    target = translate.patch()
-    # children: same backend, and never opted out
+    how = "--source"
+    if source is None:
+        if os.environ.get(translate.ENV_SOURCE, "").strip():
+            source, how = translate.source_default(), translate.ENV_SOURCE
+        elif program is not None:
+            inferred, why = infer_source(program)
+            source, how = inferred or translate.DEFAULT_SOURCE, f"inferred: {why}"
+        else:
+            source, how = translate.DEFAULT_SOURCE, "the default"
+    target = translate.patch(source=source)
+    # children: same backend, same source family, and never opted out
     os.environ[router.ENV_BACKEND] = target.backend
+    os.environ[translate.ENV_SOURCE] = target.source
     if os.environ.get(autoload.ENV_AUTO, "").strip().lower() in autoload._FALSE:
         del os.environ[autoload.ENV_AUTO]
     trace.configure_logging()
-    trace.logger.info("torchdevice run: translating %s to backend %r (%s)",
-                      ", ".join(sorted(target.sources)), target.backend, target.device_type)
+    trace.logger.info("torchdevice run: translating %s to backend %r (%s); source family %s (%s), %d device(s)",
+                      ", ".join(sorted(target.sources)), target.backend, target.device_type, target.source, how,
+                      target.device_count)
     return target
 
 
 def run(target_name: str, argv: list[str], *, module: bool = False, backend: str | None = None,
-        report: str | None = None) -> int:
+        report: str | None = None, source: str | None = None, devices: int | None = None) -> int:
     """Run script (or, with ``module=True``, module) ``target_name`` with arguments ``argv`` translated.
 
+    ``source`` and ``devices`` are ``--source`` and ``--devices`` (see the module docstring).
     Returns the exit status; ``SystemExit`` raised by the program propagates
     (after the report is written), as it would out of ``python SCRIPT``.
     """
@@ -108,7 +199,7 @@ def run(target_name: str, argv: list[str], *, module: bool = False, backend: str
     from .errors import TorchDeviceError
 
     try:
-        target = _activate(backend)
+        target = _activate(backend, source, devices, None if module else target_name)
     except (TorchDeviceError, ValueError) as exc:
         print(f"torchdevice run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -297,6 +388,7 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         "backend": target.backend,
         "device_type": target.device_type,
         "translated_sources": sorted(target.sources),
+        "source": target.source,
         "exit_status": status,
         "duration_s": round(duration, 3),
         "total_calls": sum(a["calls"] for a in apis),
@@ -316,7 +408,8 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
     out = ["# torchdevice run report", ""]
     out.append(f"- Command: `{shlex.join(data['command'])}`")
     out.append(f"- Backend: `{data['backend']}` (device type `{data['device_type']}`), translating "
-               + ", ".join(f"`{s}`" for s in data["translated_sources"]))
+               + ", ".join(f"`{s}`" for s in data["translated_sources"])
+               + (f"; source family `{data['source']}`" if data.get("source") else ""))
     out.append(f"- Exit status: {data['exit_status']}")
     out.append(f"- Duration: {data['duration_s']:.2f} s")
     out.append(f"- Translated APIs called: {len(data['apis'])} ({data['total_calls']} calls)")

@@ -153,6 +153,38 @@ _AUTOCAST = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.GradSc
 _TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Module"})
 
 
+# -- families ------------------------------------------------------------------------
+
+#: word of a use's name -> the accelerator family (source device type) it belongs to
+_FAMILY_WORDS = {
+    "cuda": "cuda", "cudnn": "cuda", "nccl": "cuda", "cublas": "cuda", "cublaslt": "cuda", "cudart": "cuda",
+    "nvidia": "cuda", "mps": "mps", "xpu": "xpu", "xccl": "xpu", "mtia": "mtia",
+}
+
+
+def family_of(use: "Use") -> str | None:
+    """The accelerator family a use belongs to: ``cuda``, ``mps``, ``xpu``, ``mtia``, or None.
+
+    Read from the words of its name: ``torch.backends.mps.is_available`` and
+    ``device:mps`` are mps, ``dist-backend:xccl`` xpu, ``torch.backends.cudnn.benchmark``,
+    ``env:NCCL_DEBUG`` and ``torch.utils.cpp_extension.CUDAExtension`` cuda.
+    """
+    for word in re.split(r"[^a-z0-9]+", use.api.lower()):
+        family = _FAMILY_WORDS.get(word)
+        if family is None and word.startswith("cuda"):
+            family = "cuda"
+        if family is not None:
+            return family
+    return None
+
+
+def families(uses: Iterable["Use"]) -> set[str]:
+    """Every accelerator family the uses belong to (see :func:`family_of`)."""
+    found = {family_of(u) for u in uses}
+    found.discard(None)
+    return found  # type: ignore[return-value]
+
+
 # -- results --------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from typing import ClassVar
 import torch
 
 from .backend import EventInterface, StreamInterface, StreamOps, emulated, noop
-from .errors import InvalidDeviceError, UnsupportedError
+from .errors import ConfigError, InvalidDeviceError, UnsupportedError
 
 _DeviceClass = torch.device  # bound at import, before any translation patch
 
@@ -34,15 +34,45 @@ _default_streams: dict[tuple[str, int], "HostStream"] = {}
 _default_lock = threading.Lock()
 
 
-def host_device_count() -> int:
-    """Logical devices of a host-memory backend: one, or one per local rank under a launcher.
+#: How many logical devices a host-memory backend exposes (``torchdevice run --devices N`` exports it).
+ENV_DEVICE_COUNT = "TORCHDEVICE_DEVICE_COUNT"
 
-    torchrun (and other launchers) set ``LOCAL_WORLD_SIZE``; an NCCL-written
-    program then addresses ``cuda:LOCAL_RANK`` in each process. On a backend
-    whose tensors live in host memory every such device is the same host, so
-    the backend exposes ``LOCAL_WORLD_SIZE`` logical devices rather than making
-    rank 1's ``cuda:1`` invalid.
+
+def configured_device_count() -> int | None:
+    """``TORCHDEVICE_DEVICE_COUNT`` as a whole number >= 1, None when unset or empty.
+
+    Any other value (``0``, ``-1``, ``two``, ``1.5``) raises
+    :class:`~torchdevice.errors.ConfigError` naming it.
     """
+    raw = os.environ.get(ENV_DEVICE_COUNT, "")
+    if not raw.strip():
+        return None
+    try:
+        count = int(raw.strip())
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ConfigError(ENV_DEVICE_COUNT, raw, "give the number of logical devices, a whole number of at least 1")
+    return count
+
+
+def host_device_count() -> int:
+    """Logical devices of a host-memory backend: ``TORCHDEVICE_DEVICE_COUNT``, else one per local rank, else one.
+
+    ``TORCHDEVICE_DEVICE_COUNT=N`` (``torchdevice run --devices N``) gives N
+    logical devices, all the same host, in the process and, through the
+    environment, in its children: a program written for N GPUs (``cuda:1``,
+    ``mp.spawn(nprocs=torch.cuda.device_count())``) runs unchanged.
+
+    Without it, torchrun (and other launchers) set ``LOCAL_WORLD_SIZE``; an
+    NCCL-written program then addresses ``cuda:LOCAL_RANK`` in each process. On
+    a backend whose tensors live in host memory every such device is the same
+    host, so the backend exposes ``LOCAL_WORLD_SIZE`` logical devices rather
+    than making rank 1's ``cuda:1`` invalid.
+    """
+    configured = configured_device_count()
+    if configured is not None:
+        return configured
     raw = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
     try:
         return max(1, int(raw))
@@ -119,8 +149,8 @@ class HostStream(StreamInterface):
     backend: ClassVar[str] = "cpu"  #: the name of the backend the stream belongs to (keys per-thread state)
     device_type: ClassVar[str] = "cpu"  #: the torch device type of :attr:`device`
     #: how many devices the stream's backend has, for checking ``Stream(device=i)``; must equal the
-    #: backend's ``device_count()``. None: :func:`host_device_count` (1, or one per local rank under
-    #: torchrun), which is what the CPU backend's ``device_count()`` returns
+    #: backend's ``device_count()``. None: :func:`host_device_count` (``TORCHDEVICE_DEVICE_COUNT``, else
+    #: one per local rank under torchrun, else 1), which is what the CPU backend's ``device_count()`` returns
     device_count: ClassVar[int | None] = None
     _event_class: ClassVar[type | None] = None  #: set by HostStreamOps subclasses (see there)
     _ids: ClassVar = itertools.count(1)

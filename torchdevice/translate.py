@@ -17,6 +17,12 @@ touched attribute exactly (identity):
 The :class:`Target` passed to installers is an immutable snapshot of the
 active backend, rebuilt when :func:`torchdevice.use` changes it (translation
 is then re-installed).
+
+The *source family* (:attr:`Target.source`) is the device type the program is
+written for: ``cuda`` unless ``TORCHDEVICE_SOURCE`` or ``patch(source=...)``
+(``torchdevice run --source``) names ``mps``, ``xpu`` or ``mtia``. Every
+source namespace is translated, but only the source family's claims a device
+(``is_available()``), as on a real machine with one kind of accelerator.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from typing import Iterator, NamedTuple
 
 from . import boundary, router
 from ._patching import Patcher
+from .errors import ConfigError
 
 #: Device types whose code torchdevice translates.
 SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
@@ -42,6 +49,10 @@ INSTALLERS = (
 )
 
 ENV_REPORT_AVAILABLE = "TORCHDEVICE_REPORT_AVAILABLE"
+ENV_SOURCE = "TORCHDEVICE_SOURCE"
+
+#: The source family when neither ``TORCHDEVICE_SOURCE`` nor ``patch(source=...)`` names one.
+DEFAULT_SOURCE = "cuda"
 
 #: backend name -> ``install(patcher, target)`` run after the installers when that backend is the
 #: target: for a backend computing in its own tensor type (mlx registers one on import). Changes
@@ -57,6 +68,8 @@ class Target(NamedTuple):
     device_count: int
     sources: frozenset  #: device types translated to ``device_type``
     report_available: bool  #: what ``torch.cuda.is_available()`` etc. answer on an accelerator-less target
+    #: the family the program is written for: the only fronted namespace whose ``is_available()`` is True
+    source: str = DEFAULT_SOURCE
 
     @property
     def indexed(self) -> bool:
@@ -80,12 +93,27 @@ def _report_available_default() -> bool:
     raise ValueError(f"{ENV_REPORT_AVAILABLE} must be 1 or 0 (true/false), got {raw!r}")
 
 
-def make_target(report_available: bool | None = None) -> Target:
+def check_source(value, origin: str = "source") -> str:
+    """``value`` as a source family (``cuda``, ``mps``, ``xpu``, ``mtia``; any case), or :class:`ConfigError`."""
+    name = value.strip().lower() if isinstance(value, str) else value
+    if name not in SOURCE_TYPES:
+        raise ConfigError(origin, value, f"the source family must be one of {', '.join(SOURCE_TYPES)}")
+    return name
+
+
+def source_default() -> str:
+    """The source family ``TORCHDEVICE_SOURCE`` names (checked), else :data:`DEFAULT_SOURCE`."""
+    raw = os.environ.get(ENV_SOURCE, "")
+    return check_source(raw, ENV_SOURCE) if raw.strip() else DEFAULT_SOURCE
+
+
+def make_target(report_available: bool | None = None, source: str | None = None) -> Target:
+    source = source_default() if source is None else check_source(source)
     backend = router.active()
     if report_available is None:
         report_available = _report_available_default()
     sources = frozenset(t for t in SOURCE_TYPES if t != backend.device_type)
-    return Target(backend.name, backend.device_type, backend.device_count, sources, report_available)
+    return Target(backend.name, backend.device_type, backend.device_count, sources, report_available, source)
 
 
 def target() -> Target | None:
@@ -97,23 +125,40 @@ def is_patched() -> bool:
     return _patcher is not None
 
 
-def patch(*, report_available: bool | None = None) -> Target:
+def patch(*, report_available: bool | None = None, source: str | None = None) -> Target:
     """Turn translation on, targeting the active backend; idempotent.
 
     ``report_available`` decides what ``torch.cuda.is_available()`` (and
     ``device_count()``) say when the target has no accelerator (CPU, MLX on
     CPU): True by default so CUDA-only programs take their GPU path, which
     then runs on the target. Override with ``TORCHDEVICE_REPORT_AVAILABLE=0``.
+
+    ``source`` is the family the program is written for (``"cuda"``,
+    ``"mps"``, ``"xpu"``, ``"mtia"``; default ``TORCHDEVICE_SOURCE``, else
+    ``"cuda"``): only ``torch.<source>.is_available()`` reports a device; the
+    other translated namespaces still work when called but answer
+    ``is_available()`` False and ``device_count()`` 0. A value outside those
+    raises :class:`~torchdevice.errors.ConfigError` naming it.
+
+    Called again with an option that differs from the current one, it
+    re-installs translation (options not given keep their previous value).
     Returns the :class:`Target`.
     """
     global _patcher, _target, _imports
     with _lock:
+        if source is not None:
+            source = check_source(source)
         if _patcher is not None:
-            if report_available is None or report_available == _target.report_available:
+            if (report_available is None or report_available == _target.report_available) and (
+                    source is None or source == _target.source):
                 return _target
+            if report_available is None:
+                report_available = _options.get("report_available")
+            if source is None:
+                source = _options.get("source")
             _unpatch_locked()
-        _options["report_available"] = report_available
-        new_target = make_target(report_available)
+        new_target = make_target(report_available, source)
+        _options["report_available"], _options["source"] = report_available, source
         patcher = Patcher()
         patcher.stage()  # torch is changed only by the commit, all at once
         try:
@@ -155,7 +200,7 @@ def unpatch() -> None:
 
 
 @contextlib.contextmanager
-def patched(*, report_available: bool | None = None) -> Iterator[Target]:
+def patched(*, report_available: bool | None = None, source: str | None = None) -> Iterator[Target]:
     """Context manager: translation on inside, and back to the previous state after.
 
     Example::
@@ -164,7 +209,7 @@ def patched(*, report_available: bool | None = None) -> Iterator[Target]:
             x = torch.ones(3, device="cuda")   # on the active backend
     """
     was = is_patched()
-    target = patch(report_available=report_available)
+    target = patch(report_available=report_available, source=source)
     try:
         yield target
     finally:

@@ -13,7 +13,10 @@ Availability
   only when MLX has a GPU (``mx.is_available(mx.gpu)``: Metal, or CUDA with
   ``mlx[cuda]``); on CPU-only MLX (``mlx[cpu]`` on Linux) it is available
   *on request* (``Availability(automatic=False)``): ``torchdevice.use("mlx")``
-  or ``TORCHDEVICE_BACKEND=mlx``. One device, index 0, on ``mx.default_device()``.
+  or ``TORCHDEVICE_BACKEND=mlx``. One device, index 0, on ``mx.default_device()``;
+  like the CPU backend it exposes N logical devices, all that same device, under
+  ``TORCHDEVICE_DEVICE_COUNT=N`` or a launcher's ``LOCAL_WORLD_SIZE``
+  (:func:`torchdevice.streams.host_device_count`).
 
 Properties
   ``name`` from ``mx.device_info()["device_name"]``; ``total_memory`` from
@@ -93,7 +96,7 @@ from torchdevice.backend import (
     unsupported,
 )
 from torchdevice.cpu import CPURNG, CPUCollectives
-from torchdevice.streams import HostEvent, HostStream, HostStreamOps
+from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
 from ._mlx import import_problem, mx
 
@@ -227,7 +230,7 @@ class MLXStream(HostStream):
 
     backend: ClassVar[str] = "mlx"
     device_type: ClassVar[str] = "cpu"
-    device_count: ClassVar[int] = 1
+    device_count: ClassVar[int | None] = None  # host_device_count(), as the backend's
     live: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
     def __init__(self, device=None, priority: int = 0, **kwargs):
@@ -412,7 +415,7 @@ class MLXBackend(Backend):
         )
 
     def device_count(self) -> int:
-        return 1
+        return host_device_count()
 
     def device_properties(self, index: int) -> DeviceProperties:
         core = mx()
