@@ -72,6 +72,12 @@ def test_is_built_agrees_with_is_available_for_the_program_and_is_restored(on_cp
     with torchdevice.patched(report_available=False):
         assert not torch.cuda.is_available()
         assert torch.backends.cuda.is_built() == real()
+    # only the source family claims a device, and so only its build flag follows
+    real_mps = torch.backends.mps.is_built()
+    with torchdevice.patched(source="mps"):
+        assert torch.backends.mps.is_available() and torch.backends.mps.is_built()
+        assert not torch.cuda.is_available() and torch.backends.cuda.is_built() == real()
+    assert torch.backends.mps.is_built() == real_mps
 
 
 def test_the_properties_torch_reads_are_the_real_ones(translated):

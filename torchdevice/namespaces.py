@@ -1457,7 +1457,7 @@ def _install_backends_flags(patcher, fx: _Facade, view: View, ns: str, objects: 
     real_is_built = patcher.get(flags, "is_built", None)
     if real_is_built is None:
         return
-    available = fx.available
+    available = fx.available_for(ns)
 
     def is_built() -> bool:
         return available or bool(real_is_built())
