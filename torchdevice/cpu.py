@@ -395,6 +395,14 @@ class CPUMemory(MemoryOps):
     def host_memory_stats(self) -> dict:
         return memstats.empty_host_stats()
 
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_accumulated_host_memory_stats(self) -> None:
+        return None
+
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_peak_host_memory_stats(self) -> None:
+        return None
+
     @emulated("percent (0-100) of the machine's CPU capacity (all logical CPUs) this process used since the "
               "previous call (the first: since the backend was made), from os.times()")
     def utilization(self, index: int) -> int:

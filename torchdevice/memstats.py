@@ -126,25 +126,28 @@ def empty_host_stats() -> dict[str, Any]:
     return {key: 0 for key in sorted(HOST_KEYS)}
 
 
-def _size(value: int) -> str:
+def _size(value: int, pref: float) -> str:
+    """CUDA's cell: the unit is chosen by ``pref`` (the metric's ``all`` figure), as torch's table does."""
     units = ("B  ", "KiB", "MiB", "GiB", "TiB", "PiB")
     unit = units[0]
     for bigger in units[1:]:
-        if value < 768 * 1024:
+        if pref < 768 * 1024:
             break
         unit = bigger
         value //= 1024
+        pref /= 1024
     return f"{value:6d} {unit}"
 
 
-def _count(value: int) -> str:
+def _count(value: int, pref: float) -> str:
     units = (" ", "K", "M")
     unit = units[0]
     for bigger in units[1:]:
-        if value < 750 * 1000:
+        if pref < 750 * 1000:
             break
         unit = bigger
         value //= 1000
+        pref /= 1000
     return f"{value:7d} {unit} "
 
 
@@ -165,13 +168,15 @@ def summary(stats: dict[str, Any], device: int, backend: str, abbreviated: bool 
     for key, title, fmt in rows:
         pools = [("all", title)] if abbreviated else [
             ("all", title), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+        prefs = [int(stats.get(f"{key}.all.{m}", 0)) for m in _METRICS]
         for pool, name in pools:
             p = f"{key}.{pool}."
             lines.append(f" {name:<21} | " + " | ".join(
-                fmt(int(stats.get(p + m, 0))) for m in _METRICS) + " ")
+                fmt(int(stats.get(p + m, 0)), pref) for m, pref in zip(_METRICS, prefs)) + " ")
         lines.append(thin)
     for key, title in (("oversize_allocations", "Oversize allocations"), ("oversize_segments", "Oversize GPU segments")):
-        lines.append(f" {title:<21} | " + " | ".join(_count(int(stats.get(f'{key}.{m}', 0))) for m in _METRICS) + " ")
+        figures = [int(stats.get(f"{key}.{m}", 0)) for m in _METRICS]
+        lines.append(f" {title:<21} | " + " | ".join(_count(v, v) for v in figures) + " ")
         lines.append(thin)
     lines.append(rule)
     return "|" + "|\n|".join(lines) + "|\n"
