@@ -309,7 +309,7 @@ class CPUMemory(MemoryOps):
         return value
 
     @translated("bytes of live CPU tensor storages of the process (c10's CPU allocation counter), counted at "
-                "allocation, touched or not; fallback: the C allocator's bytes in use (mallinfo2 / malloc zones)")
+                "allocation, touched or not; fallback: the C allocator's bytes in use (mallinfo2 / malloc zones); docs/memory.md")
     def memory_allocated(self, index: int) -> int:
         return self._allocated("memory_allocated")
 
