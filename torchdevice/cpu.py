@@ -4,18 +4,46 @@ It registers through the same hooks as every external plugin (see
 :class:`torchdevice.backend.Backend`); the router adds it before loading entry
 points.
 
-What the figures mean on CPU (torch has no CPU allocator statistics):
+What the memory figures mean on CPU (``docs/memory.md`` has the full account):
 
-* ``memory_allocated`` and ``memory_reserved`` are the process's resident set
-  size (``VmRSS`` in ``/proc/self/status``): the bytes of the process the OS
-  holds in RAM, tensors included once their pages are touched. torch's CPU
-  allocator keeps no cache, so allocated and reserved are the same figure.
-* ``max_memory_allocated``/``max_memory_reserved`` are the peak resident set
-  size (``VmHWM``); ``reset_peak_memory_stats`` resets it by writing ``5`` to
-  ``/proc/self/clear_refs``, as the kernel documents.
+* ``memory_allocated`` is the bytes of every live tensor storage torch's CPU
+  allocator has handed out in this process -- all CPU tensors of the process,
+  not only those the program made "on cuda" (under translation they are the
+  same tensors), counted at allocation whether or not their pages were ever
+  touched, and dropped when the storage is freed. The figure is c10's own CPU
+  allocation counter (``c10::ProfiledCPUMemoryReporter``, switched on with
+  c10's ``caffe2_report_cpu_memory_usage`` flag when this backend's memory
+  family is made; allocations made before that are not in it). Where that
+  counter cannot be reached (a torch whose c10 does not export it, or a
+  layout check that fails), the figure is the C allocator's bytes in use --
+  glibc ``mallinfo2()`` (``uordblks + hblkhd``), macOS
+  ``malloc_zone_statistics`` (``size_in_use``) -- which also counts the
+  process's other ``malloc`` users; where neither exists, the resident set
+  size. :func:`allocation_source` says which is in use, as does the note
+  beside the figures in ``memory_stats`` (``cpu.source``).
+* ``max_memory_allocated`` is the highest ``memory_allocated`` torchdevice has
+  read since start or the last ``reset_peak_memory_stats``: torch's CPU
+  allocator keeps no peak and offers no hook at allocation, so a peak reached
+  and left between two reads is not seen (a lower bound; read the figure at the
+  points you care about, as CUDA programs do around a step).
+* ``memory_reserved`` is the process's resident set size (``VmRSS``): what the
+  OS holds in RAM for the process, tensors once their pages are touched.
+  ``max_memory_reserved`` is the kernel's peak of it (``VmHWM``);
+  ``reset_peak_memory_stats`` resets it too (``/proc/self/clear_refs``).
+  Without ``/proc`` (macOS) these two raise UnsupportedError rather than invent.
 * ``mem_get_info`` is ``(MemAvailable, MemTotal)`` from ``/proc/meminfo``.
-* ``memory_stats`` carries those figures under CUDA's key names plus the raw
-  ``/proc`` fields they come from.
+* ``memory_stats`` has exactly CUDA's keys (:mod:`torchdevice.memstats`) plus
+  ``cpu.*`` raw figures.
+
+Queries a program asks about the device get the host's answer (see the
+``docs/memory.md`` table): ``utilization`` is the percent of the machine's
+CPU capacity this process used since the previous call, ``clock_rate`` the
+current CPU clock in MHz (Linux), ``list_gpu_processes`` this process in
+CUDA's format, ``get_allocator_backend`` ``"native"``, ``host_memory_stats``
+zeros (there is no pinned host-memory allocator, so no pinned blocks).
+``temperature``, ``power_draw`` and ``memory_usage`` (memory-bus busy time)
+stay refused: a host exposes no portable, unprivileged reading of them (CUDA
+itself raises when NVML is absent), and a made-up figure would be worse.
 
 The CPU is one device; ``TORCHDEVICE_DEVICE_COUNT=N`` (``torchdevice run
 --devices N``) exposes it as N logical devices, all the same host CPU, and so
@@ -23,23 +51,27 @@ does a launcher that sets ``LOCAL_WORLD_SIZE`` (torchrun) when that variable
 is unset, so that each local rank's ``cuda:LOCAL_RANK`` is valid (see
 :func:`torchdevice.streams.host_device_count`). Memory figures are the
 process's own whichever index is asked.
-
-These need Linux's ``/proc``; elsewhere the memory family raises
-UnsupportedError rather than inventing numbers.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import platform
+import sys
+import threading
+import time
 
 import torch
 
+from . import memstats
 from .backend import (
     Availability,
     Backend,
     DeviceProperties,
     MemoryOps,
     RNGOps,
+    emulated,
     native,
     noop,
     translated,
@@ -69,22 +101,227 @@ def _read_kib_fields(path: str, backend: str, op: str) -> dict[str, int]:
     return fields
 
 
+# -- the bytes of live CPU allocations -----------------------------------------------------
+
+
+class _C10Counter:
+    """c10's CPU allocation counter: exact bytes of live storages from torch's CPU allocator.
+
+    c10's ``DefaultCPUAllocator`` reports every allocation and free to
+    ``c10::profiledCPUMemoryReporter()``, which keeps the running total
+    (``allocated_``) while the exported flag ``FLAGS_caffe2_report_cpu_memory_usage``
+    is set (it then also logs each event at INFO level, below c10's default
+    WARNING threshold, so nothing is printed). The total is a private member:
+    its offset is found by allocating two storages of known, odd sizes and
+    keeping the one candidate offset that moved by exactly those sizes and back;
+    if none does, the flag is restored and :meth:`open` returns None.
+    """
+
+    _CANDIDATES = (96, 104, 80, 88, 112, 120, 128)  # mutex (40/48/64) + unordered_map (40/56) by ABI
+
+    def __init__(self, address: int, offset: int):
+        self.address, self.offset = address, offset
+        self._value = ctypes.c_size_t.from_address(address + offset)
+
+    def read(self) -> int:
+        return int(self._value.value)
+
+    @classmethod
+    def open(cls) -> "_C10Counter | None":
+        try:
+            lib = ctypes.CDLL(cls._library())
+            flag = ctypes.c_bool.in_dll(lib, "FLAGS_caffe2_report_cpu_memory_usage")
+            getter = lib["_ZN3c1025profiledCPUMemoryReporterEv"]  # c10::profiledCPUMemoryReporter()
+        except (OSError, ValueError, AttributeError):
+            return None
+        getter.restype = ctypes.c_void_p
+        getter.argtypes = []
+        address = getter()
+        if not address:
+            return None
+        was = bool(flag.value)
+        flag.value = True
+        offset = cls._calibrate(address)
+        if offset is None:
+            flag.value = was
+            return None
+        if not was:
+            # Frees of storages allocated before the flag was set are unknown to the reporter, which
+            # logs a warning on the 1st, 1001st ... of them (its log_cnt_, the member after the total);
+            # starting that count at 1 keeps the few early tensors freed later from printing one.
+            log_cnt = ctypes.c_size_t.from_address(address + offset + ctypes.sizeof(ctypes.c_size_t))
+            if log_cnt.value == 0:
+                log_cnt.value = 1
+        return cls(address, offset)
+
+    @staticmethod
+    def _library() -> str:
+        libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+        for name in ("libc10.so", "libc10.dylib", "c10.dll"):
+            path = os.path.join(libdir, name)
+            if os.path.exists(path):
+                return path
+        raise OSError(f"no c10 library in {libdir}")
+
+    @classmethod
+    def _calibrate(cls, address: int) -> int | None:
+        def snapshot() -> dict[int, int]:
+            return {o: ctypes.c_size_t.from_address(address + o).value for o in cls._CANDIDATES}
+
+        sizes = (4096 * 3 + 40, 65536 + 24)
+        base = snapshot()
+        first = torch.empty(sizes[0], dtype=torch.uint8)
+        one = snapshot()
+        second = torch.empty(sizes[1], dtype=torch.uint8)
+        two = snapshot()
+        del first
+        three = snapshot()
+        del second
+        four = snapshot()
+        good = [o for o in cls._CANDIDATES
+                if one[o] - base[o] == sizes[0] and two[o] - one[o] == sizes[1]
+                and two[o] - three[o] == sizes[0] and three[o] - four[o] == sizes[1]]
+        return good[0] if len(good) == 1 else None
+
+
+class _MallInfo2:
+    """glibc ``mallinfo2()``: ``uordblks`` (bytes in use in the arenas) + ``hblkhd`` (bytes in mmapped chunks)."""
+
+    class _Struct(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+            "keepcost")]
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def read(self) -> int:
+        info = self._fn()
+        return int(info.uordblks + info.hblkhd)
+
+    @classmethod
+    def open(cls) -> "_MallInfo2 | None":
+        try:
+            fn = ctypes.CDLL(None).mallinfo2
+        except (OSError, AttributeError):
+            return None
+        fn.restype = cls._Struct
+        fn.argtypes = []
+        return cls(fn)
+
+
+class _MallocZones:
+    """macOS ``malloc_zone_statistics(NULL, &stats)``: ``size_in_use`` summed over every malloc zone."""
+
+    class _Struct(ctypes.Structure):
+        _fields_ = [("blocks_in_use", ctypes.c_uint), ("size_in_use", ctypes.c_size_t),
+                    ("max_size_in_use", ctypes.c_size_t), ("size_allocated", ctypes.c_size_t)]
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def read(self) -> int:
+        stats = self._Struct()
+        self._fn(None, ctypes.byref(stats))
+        return int(stats.size_in_use)
+
+    @classmethod
+    def open(cls) -> "_MallocZones | None":
+        if sys.platform != "darwin":
+            return None
+        try:
+            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").malloc_zone_statistics
+        except (OSError, AttributeError):
+            return None
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        return cls(fn)
+
+
+class _ResidentSet:
+    """The resident set size (``VmRSS``): the last resort, for a Linux without mallinfo2."""
+
+    def read(self) -> int:
+        return _read_kib_fields(_PROC_STATUS, "cpu", "memory_allocated")["VmRSS"]
+
+    @classmethod
+    def open(cls) -> "_ResidentSet | None":
+        return cls() if os.path.exists(_PROC_STATUS) else None
+
+
+#: What each source counts, for :func:`allocation_source` and ``memory_stats()["cpu.source"]``.
+SOURCES = {
+    _C10Counter: "c10", _MallInfo2: "mallinfo2", _MallocZones: "malloc_zone_statistics", _ResidentSet: "VmRSS",
+}
+
+_source_lock = threading.Lock()
+_source: object = None
+_source_name = ""
+
+
+def _allocation_counter():
+    """The first source of live-allocation bytes that opens here (opened once per process)."""
+    global _source, _source_name
+    with _source_lock:
+        if not _source_name:
+            _source_name = "none"
+            for kind in (_C10Counter, _MallInfo2, _MallocZones, _ResidentSet):
+                opened = kind.open()  # type: ignore[attr-defined]
+                if opened is not None:
+                    _source, _source_name = opened, SOURCES[kind]
+                    break
+        return _source
+
+
+def allocation_source() -> str:
+    """Which figure ``memory_allocated`` reads on the cpu backend.
+
+    ``"c10"`` (exact bytes of live CPU tensor storages), ``"mallinfo2"`` or
+    ``"malloc_zone_statistics"`` (bytes the C allocator has handed out, every
+    ``malloc`` user of the process included), ``"VmRSS"`` (resident set size),
+    or ``"none"`` (memory_allocated raises UnsupportedError).
+    """
+    _allocation_counter()
+    return _source_name
+
+
 class CPUMemory(MemoryOps):
-    """Process memory as the OS sees it (see the module docstring)."""
+    """Host memory figures (see the module docstring); the live-allocation counter opens on creation."""
+
+    def __init__(self, backend: str):
+        super().__init__(backend)
+        self._counter = _allocation_counter()
+        self._lock = threading.Lock()
+        self._peak = 0
+        self._cpu_mark: tuple[float, float] | None = None
 
     def _status(self, op: str) -> dict[str, int]:
         return _read_kib_fields(_PROC_STATUS, self.backend, op)
 
-    @translated("resident set size of the process (VmRSS)")
+    def _allocated(self, op: str) -> int:
+        counter = self._counter
+        if counter is None:
+            raise UnsupportedError(op, self.backend, "no allocation counter here (c10's, mallinfo2, malloc zones, "
+                                   "/proc all missing)")
+        value = counter.read()  # type: ignore[attr-defined]
+        with self._lock:
+            if value > self._peak:
+                self._peak = value
+        return value
+
+    @translated("bytes of live CPU tensor storages of the process (c10's CPU allocation counter), counted at "
+                "allocation, touched or not; fallback: the C allocator's bytes in use (mallinfo2 / malloc zones); docs/memory.md")
     def memory_allocated(self, index: int) -> int:
-        return self._status("memory_allocated")["VmRSS"]
+        return self._allocated("memory_allocated")
 
-    @translated("peak resident set size (VmHWM), never below VmRSS (the kernel updates the peak lazily)")
+    @emulated("the highest memory_allocated() read since start or reset_peak_memory_stats (torch's CPU allocator "
+              "keeps no peak: one reached and left between two reads is not seen)")
     def max_memory_allocated(self, index: int) -> int:
-        fields = self._status("max_memory_allocated")
-        return max(fields["VmHWM"], fields["VmRSS"])
+        current = self._allocated("max_memory_allocated")
+        with self._lock:
+            return max(self._peak, current)
 
-    @translated("resident set size (VmRSS): the CPU allocator keeps no cache")
+    @translated("resident set size of the process (VmRSS): what the host holds in RAM for it")
     def memory_reserved(self, index: int) -> int:
         return self._status("memory_reserved")["VmRSS"]
 
@@ -93,33 +330,42 @@ class CPUMemory(MemoryOps):
         fields = self._status("max_memory_reserved")
         return max(fields["VmHWM"], fields["VmRSS"])
 
-    @translated("resets VmHWM through /proc/self/clear_refs")
+    @translated("sets the allocated peak to the current figure and resets VmHWM through /proc/self/clear_refs")
     def reset_peak_memory_stats(self, index: int) -> None:
+        counter = self._counter
+        value = counter.read() if counter is not None else 0  # type: ignore[attr-defined]
+        with self._lock:
+            self._peak = value
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
         except OSError as exc:
-            raise UnsupportedError(
-                "reset_peak_memory_stats", self.backend, f"needs a writable /proc/self/clear_refs: {exc}"
-            ) from exc
+            if os.path.exists("/proc/self"):
+                raise UnsupportedError(
+                    "reset_peak_memory_stats", self.backend, f"needs a writable /proc/self/clear_refs: {exc}"
+                ) from exc
+            # no /proc (macOS): there is no reserved peak to reset; the allocated peak is reset above
 
-    @noop("the CPU backend keeps no accumulated counters")
+    @noop("the CPU backend keeps no accumulated counters (memory_stats' allocated/freed totals are 0)")
     def reset_accumulated_memory_stats(self, index: int) -> None:
         return None
 
-    @translated("CUDA's current/peak keys from /proc/self/status, plus the raw fields")
+    @translated("CUDA's keys (torchdevice.memstats): allocated/active/requested bytes from memory_allocated, "
+                "reserved bytes from the resident set, CUDA-allocator mechanisms 0; plus cpu.* raw figures")
     def memory_stats(self, index: int) -> dict:
-        fields = self._status("memory_stats")
-        stats = {
-            "allocated_bytes.all.current": fields["VmRSS"],
-            "allocated_bytes.all.peak": max(fields["VmHWM"], fields["VmRSS"]),
-            "reserved_bytes.all.current": fields["VmRSS"],
-            "reserved_bytes.all.peak": max(fields["VmHWM"], fields["VmRSS"]),
-        }
+        allocated = self._allocated("memory_stats")
+        with self._lock:
+            peak = max(self._peak, allocated)
+        try:
+            fields = self._status("memory_stats")
+            reserved, reserved_peak = fields["VmRSS"], max(fields["VmHWM"], fields["VmRSS"])
+        except UnsupportedError:
+            fields, reserved, reserved_peak = {}, 0, 0
+        extra: dict = {"cpu.source": _source_name}
         for key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem", "VmSize"):
             if key in fields:
-                stats[f"proc.{key}"] = fields[key]
-        return stats
+                extra[f"cpu.{key}"] = fields[key]
+        return memstats.device_stats(allocated, peak, reserved, reserved_peak, extra=extra)
 
     @translated("(MemAvailable, MemTotal) from /proc/meminfo")
     def mem_get_info(self, index: int) -> tuple[int, int]:
@@ -133,9 +379,83 @@ class CPUMemory(MemoryOps):
     set_per_process_memory_fraction = unsupported(
         "set_per_process_memory_fraction", "limit process memory with the OS (ulimit -v, cgroups)"
     )
-    get_per_process_memory_fraction = unsupported(
-        "get_per_process_memory_fraction", "the CPU backend sets no memory fraction"
-    )
+
+    @translated("1.0: torch sets no cap on CPU allocations (set_per_process_memory_fraction is refused; OS limits "
+                "such as ulimit or cgroups apply outside torch)")
+    def get_per_process_memory_fraction(self, index: int) -> float:
+        return 1.0
+
+    # -- optional operations (torchdevice.namespaces.OPTIONAL_OPS) --------------------------
+
+    @translated("'native': torch's own CPU allocator (there is no cudaMallocAsync)")
+    def get_allocator_backend(self) -> str:
+        return "native"
+
+    @translated("CUDA's pinned-allocator keys, all 0: a host target has no pinned host-memory allocator, so no "
+                "pinned blocks exist")
+    def host_memory_stats(self) -> dict:
+        return memstats.empty_host_stats()
+
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_accumulated_host_memory_stats(self) -> None:
+        return None
+
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_peak_host_memory_stats(self) -> None:
+        return None
+
+    @emulated("percent (0-100) of the machine's CPU capacity (all logical CPUs) this process used since the "
+              "previous call (the first: since the backend was made), from os.times()")
+    def utilization(self, index: int) -> int:
+        now = time.monotonic()
+        times = os.times()
+        used = times.user + times.system
+        with self._lock:
+            mark, self._cpu_mark = self._cpu_mark, (now, used)
+        if mark is None:
+            mark = _CPU_MARK
+        wall = now - mark[0]
+        if wall <= 0:
+            return 0
+        percent = 100.0 * (used - mark[1]) / (wall * (os.cpu_count() or 1))
+        return int(round(min(max(percent, 0.0), 100.0)))
+
+    @translated("the current clock of CPU 0 in MHz (Linux cpufreq scaling_cur_freq, else /proc/cpuinfo)")
+    def clock_rate(self, index: int) -> int:
+        mhz = _cpu_mhz()
+        if mhz is None:
+            raise UnsupportedError("clock_rate", self.backend, "this host exposes no CPU clock reading "
+                                   "(/sys/devices/system/cpu/cpu0/cpufreq or /proc/cpuinfo)")
+        return mhz
+
+    @emulated("CUDA's format listing this process only, with its resident set size: other processes' use of "
+              "the host is not the backend's to report")
+    def list_gpu_processes(self, index: int) -> str:
+        try:
+            used = self._status("list_gpu_processes")["VmRSS"]
+        except UnsupportedError:
+            used = self._allocated("list_gpu_processes")
+        return (f"GPU:{index}\nprocess {os.getpid():>10d} uses {used / (1024 * 1024):>12.3f} MB GPU memory\n"
+                "(torchdevice cpu backend: this process only; the host's other processes are not listed)")
+
+
+_CPU_MARK = (time.monotonic(), sum(os.times()[:2]))
+
+
+def _cpu_mhz() -> int | None:
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq") as f:
+            return int(f.read().strip()) // 1000
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("cpu mhz"):
+                    return int(float(line.split(":", 1)[1]))
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 class CPURNG(RNGOps):

@@ -56,6 +56,7 @@ real answer by defining a tagged method of the same name on its Ops subclass
 (see :data:`OPTIONAL_OPS`): ``device_memory_used``, ``memory_usage``,
 ``utilization``, ``temperature``, ``power_draw``, ``clock_rate``,
 ``list_gpu_processes`` (``op(index)``), ``host_memory_stats``,
+``reset_accumulated_host_memory_stats``, ``reset_peak_host_memory_stats``,
 ``memory_snapshot``, ``get_allocator_backend`` (``op()``) on its MemoryOps,
 ``can_device_access_peer`` (``op(index, peer_index)``) on its StreamOps.
 Without one they keep the behaviour declared here (mostly unsupported).
@@ -298,6 +299,8 @@ OPTIONAL_OPS = {
     "clock_rate": ("memory", "device"),
     "list_gpu_processes": ("memory", "device"),
     "host_memory_stats": ("memory", "none"),
+    "reset_accumulated_host_memory_stats": ("memory", "none"),
+    "reset_peak_host_memory_stats": ("memory", "none"),
     "memory_snapshot": ("memory", "none"),
     "get_allocator_backend": ("memory", "none"),
     "can_device_access_peer": ("streams", "pair"),
@@ -566,9 +569,18 @@ def _b_get_device_capability(fx, ns, name):
 
     return get_device_capability
 
-_unsupported("is_tf32_supported",
-             "TF32 is a tensor-core format of NVIDIA GPUs and the {backend} backend reports no TF32 support; "
-             "setting torch.backends.cuda.matmul.allow_tf32 is harmless where TF32 does not exist")
+
+
+@_spec("is_tf32_supported", declared(
+    TRANSLATED, "False: TF32 is a tensor-core format of NVIDIA (and some AMD) GPUs, which the {backend} backend "
+    "does not compute in; torch.backends.cuda.matmul.allow_tf32 has no effect there",
+))
+def _b_is_tf32_supported(fx, ns, name):
+    def is_tf32_supported() -> bool:
+        return False
+
+    return is_tf32_supported
+
 
 
 @_spec("can_device_access_peer", declared(
@@ -712,30 +724,15 @@ def _b_nested(fx, ns, name):
     return memory_stats_as_nested_dict
 
 
-def _format_bytes(value: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return str(value)
-
-
-@_spec("memory_summary", op_rule("memory", "memory_stats", how="a printed table of memory_stats()"))
+@_spec("memory_summary", op_rule("memory", "memory_stats", how="CUDA's table layout, from memory_stats()"))
 def _b_memory_summary(fx, ns, name):
+    from . import memstats
+
     fn, index, backend = fx.memory.memory_stats, fx.index, fx.backend
 
     def memory_summary(device=None, abbreviated: bool = False) -> str:
         idx = index(device)
-        stats = fn(idx)
-        width = max([len(k) for k in stats] + [20])
-        lines = [f"torchdevice memory summary: backend {backend!r}, device {idx}", "-" * (width + 20)]
-        for key in sorted(stats):
-            value = stats[key]
-            shown = _format_bytes(value) if "bytes" in key or key.startswith("proc.") else str(value)
-            if abbreviated and key.startswith("proc."):
-                continue
-            lines.append(f"{key.ljust(width)}  {shown}")
-        return "\n".join(lines) + "\n"
+        return memstats.summary(fn(idx), idx, backend, abbreviated)
 
     return memory_summary
 
@@ -771,9 +768,22 @@ _unsupported("change_current_allocator", "the {backend} backend's allocator cann
 _unsupported("get_allocator_backend",
              "the {backend} backend has no configurable allocator backend (PYTORCH_CUDA_ALLOC_CONF is CUDA's)")
 _unsupported("memory_snapshot", "no allocator segment snapshot on the {backend} backend; use torch.{ns}.memory_stats()")
-_unsupported(("host_memory_stats", "host_memory_stats_as_nested_dict", "reset_accumulated_host_memory_stats",
-              "reset_peak_host_memory_stats"),
-             "the {backend} backend has no pinned host-memory allocator; use torch.{ns}.memory_stats()")
+_unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats"),
+             "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()")
+
+
+@_spec("host_memory_stats_as_nested_dict", optional_op(
+    "memory", "host_memory_stats",
+    declared(UNSUPPORTED, "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()"),
+))
+def _b_host_nested(fx, ns, name):
+    fn = fx.memory.host_memory_stats
+
+    def host_memory_stats_as_nested_dict() -> dict:
+        return _nest(fn())
+
+    return host_memory_stats_as_nested_dict
+
 _unsupported("use_mem_pool", "memory pools are a feature of CUDA's caching allocator; allocate normally")
 _unsupported("list_gpu_processes",
              "needs NVML and an NVIDIA GPU; torch.{ns}.memory_stats() gives this process's figures")
@@ -918,7 +928,10 @@ def _b_set_sync_debug_mode(fx, ns, name):
     return set_sync_debug_mode
 
 
-@_spec("get_sync_debug_mode", when_op("streams", "synchronize", NOOP, _SYNC_DEBUG, _SYNC_DEBUG_NO))
+@_spec("get_sync_debug_mode", declared(
+    EMULATED, "the mode set_sync_debug_mode kept (0, 'default', where it cannot be set on the {backend} backend): "
+    "no operation on it is reported as synchronizing",
+))
 def _b_get_sync_debug_mode(fx, ns, name):
     def get_sync_debug_mode() -> int:
         return fx.sync_debug_mode

@@ -18,7 +18,6 @@ import torchdevice_mlx
 from torchdevice import router
 from torchdevice.backend import Status, status_of
 from torchdevice.comm import DeviceComm
-from torchdevice.errors import UnsupportedError
 from torchdevice.testing import check_backend, info_json, router_sandbox
 from torchdevice_mlx import _mlx
 from torchdevice_mlx import backend as mlx_backend
@@ -156,9 +155,10 @@ def test_mem_get_info_and_fraction(on_mlx):
         mx.set_memory_limit(limit)
 
 
-def test_max_memory_reserved_is_unsupported(on_mlx):
-    with pytest.raises(UnsupportedError, match="max_memory_allocated"):
-        torchdevice.max_memory_reserved()
+def test_max_memory_reserved_keeps_the_reserved_peak(on_mlx):
+    torchdevice.reset_peak_memory_stats()
+    assert torchdevice.max_memory_reserved() >= torchdevice.memory_reserved()
+    assert torchdevice.max_memory_reserved() >= torchdevice.max_memory_allocated()
     torchdevice.reset_accumulated_memory_stats()  # a no-op: MLX keeps no counters
     assert status_of(on_mlx.memory, "reset_accumulated_memory_stats")[0] is Status.NOOP
 

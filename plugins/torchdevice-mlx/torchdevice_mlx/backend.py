@@ -29,10 +29,15 @@ Memory (every figure from MLX's allocator, in bytes)
   ``memory_allocated`` = ``mx.get_active_memory()``;
   ``max_memory_allocated`` = ``mx.get_peak_memory()``, never below the current figure;
   ``memory_reserved`` = active + ``mx.get_cache_memory()`` (what the allocator
-  holds, in use or cached); ``max_memory_reserved`` unsupported (MLX tracks
-  the peak of active memory only); ``reset_peak_memory_stats`` =
-  ``mx.reset_peak_memory()``; ``empty_cache`` = ``mx.clear_cache()``;
-  ``memory_stats``: CUDA's current/peak keys plus ``mlx.*`` raw figures;
+  holds, in use or cached); ``max_memory_reserved`` = the highest of
+  ``mx.get_peak_memory()`` and every reserved figure torchdevice read since the
+  last reset (MLX keeps no peak of its cache; reserved only grows between cache
+  evictions, so a peak is missed only when MLX evicts cache between two reads);
+  ``reset_peak_memory_stats`` = ``mx.reset_peak_memory()`` (and the reserved
+  peak); ``empty_cache`` = ``mx.clear_cache()``;
+  ``memory_stats``: exactly CUDA's keys (:mod:`torchdevice.memstats`) plus
+  ``mlx.*`` raw figures; ``get_allocator_backend`` is ``"native"`` and
+  ``host_memory_stats`` all zeros (no pinned host-memory allocator);
   ``mem_get_info`` = ``(limit - active, limit)`` with ``limit =
   mx.get_memory_limit()``, the budget MLX evaluates graphs against;
   ``set_per_process_memory_fraction(f)`` = ``mx.set_memory_limit(f * total_memory)``
@@ -85,6 +90,7 @@ from typing import ClassVar
 
 import torch
 
+from torchdevice import memstats
 from torchdevice.backend import (
     Availability,
     Backend,
@@ -93,7 +99,6 @@ from torchdevice.backend import (
     emulated,
     noop,
     translated,
-    unsupported,
 )
 from torchdevice.cpu import CPURNG, CPUCollectives
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
@@ -144,6 +149,19 @@ def total_memory() -> int:
 class MLXMemory(MemoryOps):
     """MLX's allocator figures (see the module docstring)."""
 
+    def __init__(self, backend: str):
+        super().__init__(backend)
+        self._lock = threading.Lock()
+        self._reserved_peak = 0
+
+    def _reserved(self) -> tuple[int, int, int]:
+        """(active, cache, reserved peak so far), recording the reserved figure read."""
+        core = mx()
+        active, cache = int(core.get_active_memory()), int(core.get_cache_memory())
+        with self._lock:
+            self._reserved_peak = max(self._reserved_peak, active + cache, int(core.get_peak_memory()))
+            return active, cache, self._reserved_peak
+
     @translated("mx.get_active_memory()")
     def memory_allocated(self, index: int) -> int:
         return int(mx().get_active_memory())
@@ -155,36 +173,38 @@ class MLXMemory(MemoryOps):
 
     @translated("mx.get_active_memory() + mx.get_cache_memory()")
     def memory_reserved(self, index: int) -> int:
-        core = mx()
-        return int(core.get_active_memory()) + int(core.get_cache_memory())
+        active, cache, _ = self._reserved()
+        return active + cache
 
-    max_memory_reserved = unsupported(
-        "max_memory_reserved", "MLX tracks the peak of active memory only: max_memory_allocated()"
-    )
+    @emulated("the highest of mx.get_peak_memory() and every reserved figure (active + cache) read since the last "
+              "reset: MLX keeps no peak of its cache, so one left by a cache eviction between two reads is missed")
+    def max_memory_reserved(self, index: int) -> int:
+        return self._reserved()[2]
 
-    @translated("mx.reset_peak_memory()")
+    @translated("mx.reset_peak_memory(), and the reserved peak to the current reserved figure")
     def reset_peak_memory_stats(self, index: int) -> None:
-        mx().reset_peak_memory()
+        core = mx()
+        core.reset_peak_memory()
+        with self._lock:
+            self._reserved_peak = int(core.get_active_memory()) + int(core.get_cache_memory())
 
     @noop("MLX keeps no accumulated counters")
     def reset_accumulated_memory_stats(self, index: int) -> None:
         return None
 
-    @translated("CUDA's current/peak keys from MLX's figures, plus the raw mlx.* figures")
+    @translated("CUDA's keys (torchdevice.memstats): allocated/active/requested bytes from MLX's active memory, "
+                "reserved from active + cache, CUDA-allocator mechanisms 0; plus the raw mlx.* figures")
     def memory_stats(self, index: int) -> dict:
         core = mx()
-        active = int(core.get_active_memory())
+        active, cache, reserved_peak = self._reserved()
         peak = max(int(core.get_peak_memory()), active)
-        cache, limit = int(core.get_cache_memory()), int(core.get_memory_limit())
-        return {
-            "allocated_bytes.all.current": active,
-            "allocated_bytes.all.peak": peak,
-            "reserved_bytes.all.current": active + cache,
+        limit = int(core.get_memory_limit())
+        return memstats.device_stats(active, peak, active + cache, reserved_peak, extra={
             "mlx.active_memory": active,
             "mlx.peak_memory": peak,
             "mlx.cache_memory": cache,
             "mlx.memory_limit": limit,
-        }
+        })
 
     @translated("(memory limit - active memory, memory limit): MLX's allocation budget")
     def mem_get_info(self, index: int) -> tuple[int, int]:
@@ -204,6 +224,25 @@ class MLXMemory(MemoryOps):
     def get_per_process_memory_fraction(self, index: int) -> float:
         total = total_memory()
         return float(mx().get_memory_limit()) / total if total else 1.0
+
+    # -- optional operations (torchdevice.namespaces.OPTIONAL_OPS) --------------------------
+
+    @translated("'native': MLX's own allocator (there is no cudaMallocAsync)")
+    def get_allocator_backend(self) -> str:
+        return "native"
+
+    @translated("CUDA's pinned-allocator keys, all 0: MLX has no pinned host-memory allocator, so no pinned blocks "
+                "exist")
+    def host_memory_stats(self) -> dict:
+        return memstats.empty_host_stats()
+
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_accumulated_host_memory_stats(self) -> None:
+        return None
+
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_peak_host_memory_stats(self) -> None:
+        return None
 
 
 # -- streams and events -----------------------------------------------------------------------

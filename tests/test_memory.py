@@ -1,0 +1,201 @@
+"""Memory figures under translation: tensor bytes on cpu, CUDA's stat keys on every host backend,
+and the device queries a host answers (issue 9)."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import cpu, memstats, router, translate
+
+CUDA_MEMORY_SUMMARY = torch.cuda.memory.memory_summary  # torch's own, taken before any patch
+
+
+def _host_backends() -> list[str]:
+    names = ["cpu"]
+    record = router.discover().get("mlx")
+    if record is not None and record.available:
+        names.append("mlx")
+    return names
+
+
+@pytest.fixture
+def on_cpu():
+    torchdevice.use("cpu")
+    translate.patch()
+    try:
+        yield
+    finally:
+        translate.unpatch()
+        torchdevice.use(None)
+
+
+@pytest.fixture(params=_host_backends())
+def host(request):
+    torchdevice.use(request.param)
+    translate.patch()
+    try:
+        yield request.param
+    finally:
+        translate.unpatch()
+        torchdevice.use(None)
+
+
+def _needs_c10():
+    if cpu.allocation_source() != "c10":
+        pytest.skip(f"c10's CPU allocation counter is not reachable here ({cpu.allocation_source()})")
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda n: torch.empty(n, device="cuda"), id="untouched"),
+    pytest.param(lambda n: torch.ones(n, device="cuda"), id="touched"),
+])
+def test_memory_allocated_moves_by_the_tensor_bytes(make, on_cpu):
+    _needs_c10()
+    before = torch.cuda.memory_allocated()
+    block = make(10_000_000)
+    assert torch.cuda.memory_allocated() - before == block.nbytes == 40_000_000
+    del block
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_results_of_operations_are_counted(on_cpu):
+    _needs_c10()
+    a = torch.ones(1 << 20, device="cuda")
+    before = torch.cuda.memory_allocated()
+    b = a * 2
+    assert torch.cuda.memory_allocated() - before == b.nbytes
+    view = b[: 1 << 10]  # a view shares the storage: nothing new is allocated
+    assert torch.cuda.memory_allocated() - before == b.nbytes
+    del b, view
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_peak_and_reset(on_cpu):
+    _needs_c10()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    assert torch.cuda.max_memory_allocated() == base
+    block = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_allocated() == base + (8 << 20)  # read while it is live
+    del block
+    assert torch.cuda.memory_allocated() == base
+    assert torch.cuda.max_memory_allocated() == base + (8 << 20)  # the peak stays after the free
+    assert torch.cuda.memory_stats()["allocated_bytes.all.peak"] == base + (8 << 20)
+    torch.cuda.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated() == base
+
+
+def test_the_counter_opens_once_and_says_which_it_is():
+    assert cpu.allocation_source() in ("c10", "mallinfo2", "malloc_zone_statistics", "VmRSS", "none")
+    assert cpu._allocation_counter() is cpu._allocation_counter()
+
+
+def test_mallinfo2_fallback_counts_untouched_allocations():
+    counter = cpu._MallInfo2.open()
+    if counter is None:
+        pytest.skip("no glibc mallinfo2 here")
+    before = counter.read()
+    block = torch.empty(10_000_000)
+    grown = counter.read() - before
+    assert block.nbytes <= grown < block.nbytes + (64 << 10)  # malloc's chunk header and page rounding
+    del block
+    assert abs(counter.read() - before) < 64 << 10
+
+
+def test_without_any_counter_memory_allocated_refuses(monkeypatch):
+    memory = cpu.CPUMemory("cpu")
+    monkeypatch.setattr(memory, "_counter", None)
+    with pytest.raises(torchdevice.UnsupportedError):
+        memory.memory_allocated(0)
+
+
+def test_memory_stats_has_cudas_keys(host):
+    stats = torch.cuda.memory_stats()
+    own = {k for k in stats if not k.startswith(f"{host}.")}
+    assert own == memstats.CUDA_KEYS
+    assert all(isinstance(v, int) and v >= 0 for k, v in stats.items() if k in memstats.CUDA_KEYS)
+    assert stats["allocated_bytes.all.current"] <= stats["allocated_bytes.all.peak"]
+    assert stats["num_ooms"] == 0 and stats["num_alloc_retries"] == 0
+    nested = torch.cuda.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == stats["allocated_bytes.all.current"] or host == "cpu"
+
+
+def test_torchs_own_memory_summary_reads_the_stats(host):
+    """torch's memory_summary (CUDA's table) finds every key it reads in the translated memory_stats,
+    and torch.cuda.memory_summary() under translation prints the same rows with the same figures."""
+    def rows(text):
+        return [line for line in text.splitlines() if re.match(r"\| [A-Za-z -]{21} \| ", line)]
+
+    theirs, ours = rows(CUDA_MEMORY_SUMMARY(0)), rows(torch.cuda.memory_summary())
+    assert len(theirs) >= 9 * 3 + 2  # nine pooled metrics by pool, two over-size rows
+    assert [r[:24] for r in ours] == [r[:24] for r in theirs]
+    assert [r[:24] for r in rows(torch.cuda.memory_summary(abbreviated=True))] == [
+        r[:24] for r in rows(CUDA_MEMORY_SUMMARY(0, abbreviated=True))]
+
+
+def _docstring_keys(fn) -> set[str]:
+    keys = set()
+    for stat, groups in re.findall(r'``"([a-z_]+)\.((?:\{[a-z_,]+\}\.?)+)"``', fn.__doc__):
+        parts = [g.split(",") for g in re.findall(r"\{([a-z_,]+)\}", groups)]
+        combos = [[]]
+        for options in parts:
+            combos = [c + [o] for c in combos for o in options]
+        keys |= {".".join([stat, *c]) for c in combos}
+    return keys
+
+
+def test_host_memory_stats_has_cudas_keys_and_is_zero(host):
+    documented = _docstring_keys(CUDA_HOST_MEMORY_STATS) | {"num_host_alloc", "num_host_free"}
+    assert documented == memstats.HOST_KEYS
+    stats = torch.cuda.host_memory_stats()
+    assert set(stats) == memstats.HOST_KEYS and not any(stats.values())
+    torch.cuda.reset_peak_host_memory_stats()
+    torch.cuda.reset_accumulated_host_memory_stats()
+    assert torch.cuda.host_memory_stats_as_nested_dict()["allocated_bytes"]["current"] == 0
+
+
+CUDA_HOST_MEMORY_STATS = torch.cuda.memory.host_memory_stats
+
+
+def test_memory_stats_keys_match_torchs_docstring():
+    documented = _docstring_keys(torch.cuda.memory.memory_stats)
+    # the docstring calls the allocation counts "allocated"; torch (and memory_summary) key them "allocation"
+    documented = {("allocation" + k[len("allocated"):]) if k.startswith("allocated.") else k for k in documented}
+    pooled_and_oversize = {k for k in memstats.CUDA_KEYS if k.count(".") >= 1}
+    assert documented == pooled_and_oversize
+
+
+def test_host_queries_answer_on_cpu(on_cpu):
+    assert torch.cuda.get_allocator_backend() == "native"
+    assert torch.cuda.is_tf32_supported() is False
+    assert torch.cuda.get_per_process_memory_fraction() == 1.0
+    text = torch.cuda.list_gpu_processes()
+    lines = text.splitlines()
+    assert lines[0] == "GPU:0"
+    assert re.fullmatch(rf"process {os.getpid():>10d} uses +\d+\.\d{{3}} MB GPU memory", lines[1])
+    torch.cuda.utilization()  # starts a measuring interval
+    x = torch.ones(1 << 18)
+    for _ in range(400):
+        x = x * 1.0001  # this process uses the CPU
+    assert 0 < torch.cuda.utilization() <= 100
+    if cpu._cpu_mhz() is not None:
+        assert torch.cuda.clock_rate() == pytest.approx(cpu._cpu_mhz(), rel=0.5)
+
+
+@pytest.mark.parametrize("name", ["temperature", "power_draw", "memory_usage"])
+def test_unmeasurable_sensors_stay_refused(name, host):
+    with pytest.raises(torchdevice.UnsupportedError):
+        getattr(torch.cuda, name)()
+
+
+def test_mlx_reserved_peak(host):
+    if host != "mlx":
+        pytest.skip("mlx only")
+    torch.cuda.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_reserved() >= torch.cuda.memory_reserved()
+    assert torch.cuda.max_memory_reserved() >= torch.cuda.max_memory_allocated()
+    assert torch.cuda.get_sync_debug_mode() == 0
