@@ -127,12 +127,19 @@ def patch(*, report_available: bool | None = None) -> Target:
             raise
         patcher.commit()
         _patcher, _target = patcher, new_target
+        # framework integrations: installed when their framework is imported (now, if it already is)
+        from . import integrations
+
+        integrations.activate(patcher, new_target)
         return new_target
 
 
 def _unpatch_locked() -> None:
     global _patcher, _target
     if _patcher is not None:
+        from . import integrations
+
+        integrations.deactivate()
         _patcher.restore()
         for name in INSTALLERS:
             module = importlib.import_module(name)
