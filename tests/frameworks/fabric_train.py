@@ -29,7 +29,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 model, optimizer = fabric.setup(model, optimizer)
 x, y = torch.randn(32, 16, device=fabric.device), torch.randn(32, 1, device=fabric.device)
 losses = []
-for step in range(3):
+for _step in range(3):
     loss = torch.nn.functional.mse_loss(model(x).float(), y)  # fabric runs the forward under its precision
     fabric.backward(loss)
     optimizer.step()

@@ -130,7 +130,9 @@ def _load_entry_points() -> None:
 def collect() -> dict[str, _State]:
     """Ask every plugin for its integrations (``torchdevice_integrations``); name -> state.
 
-    The first plugin to declare a name keeps it; a later one is reported as a problem.
+    In pluggy's call order (the plugin registered last first), the first plugin to declare a name
+    keeps it, and a later one is reported as a problem; the built-in plugin is asked last, so a
+    plugin declaring ``"lightning"`` replaces the built-in Lightning integration.
     """
     from .. import plugins
 
@@ -142,8 +144,13 @@ def collect() -> dict[str, _State]:
                              info=plugins.PluginInfo(PLUGIN_NAME, "torchdevice", __version__))
         _load_entry_points()
         disabled = _disabled_names()
-        seen = dict(_states)
-        for plugin, result in plugins.call_each("torchdevice_integrations"):
+        results = list(plugins.call_each("torchdevice_integrations"))
+        results.sort(key=lambda item: item[0] == PLUGIN_NAME)  # stable: the built-ins last
+        previous = {id(s.integration): s for s in _states.values()}
+        found: dict[str, _State] = {}
+        for plugin, result in results:
+            if plugin == PLUGIN_NAME and result:
+                result = _builtins(result)
             for integration in result or ():
                 name = getattr(integration, "name", None)
                 problem = None
@@ -151,19 +158,31 @@ def collect() -> dict[str, _State]:
                     problem = f"integration {integration!r} has no name"
                 elif not getattr(integration, "modules", None) or not callable(getattr(integration, "install", None)):
                     problem = f"integration {name!r} needs `modules` and `install(patcher, target, module)`"
-                elif name in seen and seen[name].integration is not integration:
-                    if seen[name].plugin != plugin:
-                        problem = f"integration {name!r} is already provided by plugin {seen[name].plugin!r}"
+                elif name in found:
+                    if found[name].integration is not integration and plugin != PLUGIN_NAME:  # a replaced built-in: fine
+                        plugins.report(plugins.Problem(plugin, "torchdevice_integrations", (
+                            f"integration {name!r} is already provided by plugin {found[name].plugin!r}; "
+                            "this declaration is skipped")))
                     continue
-                if problem:
-                    plugins.report(plugins.Problem(plugin, "torchdevice_integrations", problem))
+                if problem or not isinstance(name, str):
+                    plugins.report(plugins.Problem(plugin, "torchdevice_integrations", problem or "no name"))
                     continue
-                if name not in seen:
-                    seen[name] = _State(integration, plugin)
-                seen[name].disabled = "all" in disabled or name.lower() in disabled
+                state = previous.get(id(integration)) or _State(integration, plugin)
+                state.disabled = "all" in disabled or name.lower() in disabled
+                found[name] = state
         _states.clear()
-        _states.update(seen)
+        _states.update(found)
         return dict(_states)
+
+
+_builtin_objects: dict[str, Any] = {}
+
+
+def _builtins(result: list) -> list:
+    """The built-in integrations as the same objects every time (their state survives a re-collect)."""
+    for integration in result:
+        _builtin_objects.setdefault(integration.name, integration)
+    return [_builtin_objects[i.name] for i in result]
 
 
 def states() -> list[tuple[str, str, str, str]]:
