@@ -20,6 +20,13 @@ def _info(args) -> int:
         torchdevice.current_backend()
     except TorchDeviceError as exc:
         error = str(exc)
+    from . import integrations
+
+    try:
+        frameworks = integrations.states()
+    except Exception as exc:  # reported, never fatal for `info`
+        frameworks = []
+        problems.append(f"framework integrations: {type(exc).__name__}: {exc}")
     if args.json:
         print(json.dumps({
             "version": __version__,
@@ -27,6 +34,7 @@ def _info(args) -> int:
             "error": error,
             "backends": [r.as_dict() for r in records],
             "problems": problems,
+            "integrations": [{"name": n, "plugin": p, "framework": f, "status": st} for n, p, f, st in frameworks],
         }, indent=2))
     else:
         rows = [("backend", "plugin", "version", "device", "priority", "available", "selected", "notes")]
@@ -46,6 +54,12 @@ def _info(args) -> int:
             width = max(len(r.name) for r in described)
             for r in described:
                 print(f"{r.name.ljust(width)}  {r.description}")
+        if frameworks:
+            print()
+            rows = [("integration", "plugin", "status", "framework")] + [(n, p, st, f) for n, p, f, st in frameworks]
+            widths = [max(len(row[i]) for row in rows) for i in range(3)]
+            for row in rows:
+                print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
         for problem in problems:
             print(f"problem: {problem}")
     if error:

@@ -14,6 +14,9 @@ Five families, as in the design card:
 * RNG: :func:`torchdevice_rng`;
 * collectives: :func:`torchdevice_collectives`.
 
+and one more, not about a backend: :func:`torchdevice_integrations`, the
+framework integrations (Lightning, accelerate ...) a plugin contributes.
+
 Every hook is called at discovery or resolution time only -- never on a hot
 path. The router caches what the hooks return and calls them again only after
 :func:`torchdevice.use` or a plugin (un)registration. Every hook but
@@ -127,4 +130,23 @@ def torchdevice_collectives(name):
     ``"xccl"`` ...) carries this backend's tensors, and implements the
     single-process multi-device collectives of ``torch.cuda.comm``. Called
     once when the backend is resolved and cached. First result wins.
+    """
+
+
+# -- framework integrations -------------------------------------------------------
+
+
+@hookspec
+def torchdevice_integrations():
+    """Declare framework integrations: objects adapting a framework's own CUDA checks to the target.
+
+    Called when translation turns on (:func:`torchdevice.patch`), for every
+    plugin; all results are collected (a list each). An integration has a
+    ``name`` (str), a ``framework`` (str, for ``torchdevice info``), ``modules``
+    (a tuple of module names) and ``install(patcher, target, module)``, called
+    once per watched module when it has been imported while translation is on;
+    it changes objects only through ``patcher.set`` so that ``unpatch()`` undoes
+    it. See :class:`torchdevice.integrations.Integration`. Nothing is imported
+    until the program imports a watched module. The first plugin to declare a
+    name keeps it.
     """

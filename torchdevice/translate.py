@@ -176,6 +176,10 @@ def patch(*, report_available: bool | None = None, source: str | None = None) ->
         patcher.commit()
         _patcher, _target = patcher, new_target
         _imports = boundary.install_imports(patcher)  # torch's modules imported from now on see torch
+        # framework integrations: installed when their framework is imported (now, if it already is)
+        from . import integrations
+
+        integrations.activate(patcher, new_target)
         return new_target
 
 
@@ -184,6 +188,9 @@ def _unpatch_locked() -> None:
     boundary.uninstall_imports(_imports)
     _imports = None
     if _patcher is not None:
+        from . import integrations
+
+        integrations.deactivate()
         _patcher.restore()
         for name in INSTALLERS:
             module = importlib.import_module(name)

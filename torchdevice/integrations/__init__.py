@@ -1,0 +1,338 @@
+"""Framework integrations: make a framework's own CUDA decisions work on the translation target.
+
+Most CUDA code is written through a framework (PyTorch Lightning, accelerate,
+transformers' ``Trainer``) that asks ``torch.cuda.is_available()`` and then
+checks ``device.type == "cuda"`` in its own code, or drops a feature when the
+device is a CPU. Translating ``torch`` alone is not enough for those: an
+*integration* adapts one framework to the target while translation is on.
+
+An integration is an object with (see :class:`Integration`, which a third party
+may subclass):
+
+* ``name``: a short lowercase name (``"lightning"``), unique;
+* ``framework``: what it adapts, in words, for ``torchdevice info``;
+* ``modules``: the modules whose import activates it;
+* ``install(patcher, target, module)``: called once for each of ``modules``
+  when that module has finished importing while translation is on (at once for
+  a module imported before translation turned on). It changes the framework
+  through ``patcher.set(obj, name, value)`` only, so that
+  :func:`torchdevice.unpatch` gives every touched attribute back exactly.
+
+Integrations reach torchdevice through the ``torchdevice_integrations`` hook
+(:mod:`torchdevice.hookspecs`): a backend plugin may implement it, and a
+plugin that is only an integration declares its entry point in the group
+``torchdevice.integrations`` (loaded when translation turns on, even when
+``TORCHDEVICE_BACKEND`` names one backend). The built-in ones (lightning,
+accelerate, transformers) come through the same hook, from
+:mod:`torchdevice.integrations` registered as the plugin ``integrations``.
+
+Nothing is imported for an integration: a post-import hook (a
+``sys.meta_path`` finder, added by :func:`torchdevice.patch` and removed by
+:func:`torchdevice.unpatch`) waits for the watched modules. An integration
+that raises is reported (``torchdevice.problems()``, a warning) and never
+breaks the program's import. ``TORCHDEVICE_DISABLE_INTEGRATIONS=name,...``
+(or ``all``) turns integrations off by name.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import os
+import sys
+import threading
+import warnings
+from typing import Any
+
+from ..hookspecs import hookimpl
+
+ENV_DISABLE = "TORCHDEVICE_DISABLE_INTEGRATIONS"
+GROUP = "torchdevice.integrations"
+PLUGIN_NAME = "integrations"
+
+
+class Integration:
+    """Base class of a framework integration (subclassing is optional: the attributes are what counts)."""
+
+    #: short unique lowercase name, e.g. ``"lightning"``
+    name: str = ""
+    #: what it adapts, in words (``torchdevice info``)
+    framework: str = ""
+    #: modules whose import activates it (``install`` is called once per module)
+    modules: tuple[str, ...] = ()
+
+    def install(self, patcher: Any, target: Any, module: Any) -> None:
+        """Adapt ``module`` (one of :attr:`modules`, just imported) to ``target`` through ``patcher``."""
+        raise NotImplementedError
+
+
+class _State:
+    """What happened to one integration in this process."""
+
+    def __init__(self, integration: Any, plugin: str) -> None:
+        self.integration = integration
+        self.plugin = plugin
+        self.installed: list[str] = []  # modules adapted, in order
+        self.error: str | None = None
+        self.disabled = False
+
+    def status(self) -> str:
+        if self.disabled:
+            return f"disabled ({ENV_DISABLE})"
+        if self.error:
+            return f"failed: {self.error}"
+        if self.installed:
+            return "active: " + ", ".join(self.installed)
+        if _watcher is None:
+            return "inactive (translation is off)"
+        return "waiting for import of " + " or ".join(self.integration.modules)
+
+
+_lock = threading.RLock()
+_states: dict[str, _State] = {}
+_watcher: _Watcher | None = None
+_patcher: Any = None
+_target: Any = None
+_entry_points_loaded = False
+
+
+def _disabled_names() -> set[str]:
+    raw = os.environ.get(ENV_DISABLE, "")
+    return {n.strip().lower() for n in raw.split(",") if n.strip()}
+
+
+def _load_entry_points() -> None:
+    """Register the plugins of the ``torchdevice.integrations`` entry-point group (once)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    from .. import plugins
+
+    block = plugins.blocked()
+    for ep in entry_points(group=GROUP):
+        if ep.name in block or plugins.pm.has_plugin(ep.name) or plugins.pm.is_blocked(ep.name):
+            continue
+        dist = getattr(ep, "dist", None)
+        info = plugins.PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+        stage = "import"
+        try:
+            plugin = ep.load()
+            stage = "validate"
+            plugins.register(plugin, name=ep.name, info=info, notify=False)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a broken integration plugin is reported, never fatal
+            plugins.plugin_info[ep.name] = info
+            plugins._record(ep.name, stage, exc)
+
+
+def collect() -> dict[str, _State]:
+    """Ask every plugin for its integrations (``torchdevice_integrations``); name -> state.
+
+    In pluggy's call order (the plugin registered last first), the first plugin to declare a name
+    keeps it, and a later one is reported as a problem; the built-in plugin is asked last, so a
+    plugin declaring ``"lightning"`` replaces the built-in Lightning integration.
+    """
+    from .. import plugins
+
+    with _lock:
+        if not plugins.pm.has_plugin(PLUGIN_NAME) and not plugins.pm.is_blocked(PLUGIN_NAME):
+            from .. import __version__
+
+            plugins.register(sys.modules[__name__], name=PLUGIN_NAME, notify=False,
+                             info=plugins.PluginInfo(PLUGIN_NAME, "torchdevice", __version__))
+        _load_entry_points()
+        disabled = _disabled_names()
+        results = list(plugins.call_each("torchdevice_integrations"))
+        results.sort(key=lambda item: item[0] == PLUGIN_NAME)  # stable: the built-ins last
+        previous = {id(s.integration): s for s in _states.values()}
+        found: dict[str, _State] = {}
+        for plugin, result in results:
+            if plugin == PLUGIN_NAME and result:
+                result = _builtins(result)
+            for integration in result or ():
+                name = getattr(integration, "name", None)
+                problem = None
+                if not isinstance(name, str) or not name:
+                    problem = f"integration {integration!r} has no name"
+                elif not getattr(integration, "modules", None) or not callable(getattr(integration, "install", None)):
+                    problem = f"integration {name!r} needs `modules` and `install(patcher, target, module)`"
+                elif name in found:
+                    if found[name].integration is not integration and plugin != PLUGIN_NAME:  # a replaced built-in: fine
+                        plugins.report(plugins.Problem(plugin, "torchdevice_integrations", (
+                            f"integration {name!r} is already provided by plugin {found[name].plugin!r}; "
+                            "this declaration is skipped")))
+                    continue
+                if problem or not isinstance(name, str):
+                    plugins.report(plugins.Problem(plugin, "torchdevice_integrations", problem or "no name"))
+                    continue
+                state = previous.get(id(integration)) or _State(integration, plugin)
+                state.disabled = "all" in disabled or name.lower() in disabled
+                found[name] = state
+        _states.clear()
+        _states.update(found)
+        return dict(_states)
+
+
+_builtin_objects: dict[str, Any] = {}
+
+
+def _builtins(result: list) -> list:
+    """The built-in integrations as the same objects every time (their state survives a re-collect)."""
+    for integration in result:
+        _builtin_objects.setdefault(integration.name, integration)
+    return [_builtin_objects[i.name] for i in result]
+
+
+def states() -> list[tuple[str, str, str, str]]:
+    """``(name, plugin, framework, status)`` for every known integration (``torchdevice info``)."""
+    collect()
+    return [(n, s.plugin, getattr(s.integration, "framework", "") or "", s.status()) for n, s in sorted(_states.items())]
+
+
+def is_active(name: str) -> bool:
+    """Whether integration ``name`` has adapted at least one of its modules in this process."""
+    state = _states.get(name)
+    return bool(state and state.installed)
+
+
+def _install(state: _State, module: Any) -> None:
+    if state.disabled or state.error or module.__name__ in state.installed:
+        return
+    from .. import plugins
+
+    try:
+        state.integration.install(_patcher, _target, module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # never break the program's import
+        state.error = f"{type(exc).__name__}: {exc}"
+        plugins._record(state.plugin, f"integration {state.integration.name!r}", exc)
+        warnings.warn(f"torchdevice: integration {state.integration.name!r} failed on {module.__name__}: "
+                      f"{state.error}; the framework runs untranslated by it", RuntimeWarning, stacklevel=2)
+        return
+    state.installed.append(module.__name__)
+
+
+def _module_imported(module: Any) -> None:
+    with _lock:
+        if _watcher is None:
+            return
+        for state in list(_states.values()):
+            if module.__name__ in state.integration.modules:
+                _install(state, module)
+
+
+class _Loader:
+    """Runs the real loader, then the integrations watching the module; puts the real loader back."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        create = getattr(self.loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module) -> None:
+        spec = module.__spec__
+        try:
+            if spec is not None:
+                spec.loader = self.loader
+            module.__loader__ = self.loader
+        except AttributeError:
+            pass
+        self.loader.exec_module(module)
+        _module_imported(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+class _Watcher(importlib.abc.MetaPathFinder):
+    """A ``sys.meta_path`` finder that asks the other finders, then wraps the loader of a watched module."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self._busy = threading.local()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.names:
+            return None
+        busy = getattr(self._busy, "names", None)
+        if busy is None:
+            busy = self._busy.names = set()
+        if fullname in busy:
+            return None
+        busy.add(fullname)
+        try:
+            for finder in list(sys.meta_path):
+                if finder is self:
+                    continue
+                find = getattr(finder, "find_spec", None)
+                if find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            busy.discard(fullname)
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def activate(patcher: Any, target: Any) -> None:
+    """Called by :func:`torchdevice.patch` after its commit: watch the integrations' modules, and
+    adapt the ones already imported. Their changes go through ``patcher`` (undone by ``unpatch``)."""
+    global _watcher, _patcher, _target
+    with _lock:
+        deactivate()
+        try:
+            collect()
+        except Exception as exc:  # integrations are an extra: translation goes on without them
+            warnings.warn(f"torchdevice: framework integrations are off: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+            return
+        for state in _states.values():
+            state.installed.clear()
+            state.error = None
+        names = {m for s in _states.values() if not s.disabled for m in s.integration.modules}
+        if not names:
+            return
+        _patcher, _target = patcher, target
+        _watcher = _Watcher(names)
+        sys.meta_path.insert(0, _watcher)
+        for name in sorted(names):
+            module = sys.modules.get(name)
+            if module is not None:
+                _module_imported(module)
+
+
+def deactivate() -> None:
+    """Called by :func:`torchdevice.unpatch`: stop watching (the patcher undoes the changes)."""
+    global _watcher, _patcher, _target
+    with _lock:
+        if _watcher is not None:
+            try:
+                sys.meta_path.remove(_watcher)
+            except ValueError:
+                pass
+        _watcher, _patcher, _target = None, None, None
+        for state in _states.values():
+            state.installed.clear()
+
+
+# -- the built-in integrations, registered like any plugin's ----------------------------------
+
+
+@hookimpl
+def torchdevice_integrations():
+    from .accelerate import AccelerateIntegration
+    from .lightning import LightningIntegration
+    from .transformers import TransformersIntegration
+
+    return [LightningIntegration(), AccelerateIntegration(), TransformersIntegration()]
