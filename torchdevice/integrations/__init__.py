@@ -105,12 +105,10 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
     from .. import plugins
 
     block = plugins.blocked()
-    for ep in entry_points(group=GROUP):
+    for ep in plugins.entry_points(group=GROUP):
         if ep.name in block or plugins.pm.has_plugin(ep.name) or plugins.pm.is_blocked(ep.name):
             continue
         dist = getattr(ep, "dist", None)
