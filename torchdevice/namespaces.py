@@ -1526,6 +1526,10 @@ def install(patcher, target) -> None:
     if target.sources:
         _install_get_device_module(patcher, target, view)
     _installed = installed
+    _trace.quiet = frozenset(  # the other families answer "not here", as on the source machine: not listed
+        api for ns in target.sources if ns != fx.source
+        for api in (f"torch.{ns}.is_available", f"torch.{ns}.device_count", f"torch.{ns}.is_initialized",
+                    f"torch.backends.{ns}.is_available", f"torch.backends.{ns}.is_built"))
 
 
 def _host_streams(view: View) -> bool:

@@ -394,6 +394,11 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         "total_calls": sum(a["calls"] for a in apis),
         "by_handling": by_status,
         "apis": apis,
+        # calls torch made while running a torch function the program called (torch.manual_seed seeds
+        # every device family): counted per that function, not listed as the program's API uses
+        "made_by_torch": trace.made_by_torch(),
+        # availability probes of the families the program is not written for, answered "not here"
+        "other_family_probes": trace.other_family_probes(),
         "note": "counts the torchdevice run process; child processes are not included",
     }
 
@@ -414,6 +419,9 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
     out.append(f"- Duration: {data['duration_s']:.2f} s")
     out.append(f"- Translated APIs called: {len(data['apis'])} ({data['total_calls']} calls)")
     out.append(f"- torchdevice {data['torchdevice']}; {data['note']}")
+    if data.get("made_by_torch"):
+        out.append("- Translated calls torch made on the program's behalf (not listed below): "
+                   + ", ".join(f"{n} by `{_md_cell(f)}`" for f, n in data["made_by_torch"].items()))
     out.append("")
     if not data["apis"]:
         out.append("The program called no translated API.")

@@ -9,6 +9,11 @@ pays one attribute read and nothing else.
   translated call site is logged once, at DEBUG, with ``file:line``.
 * Report: :func:`start_report` counts every call per API and call site with
   how it was handled; :func:`report_data` returns it.
+
+A call torch makes on the program's behalf -- ``torch.manual_seed`` seeding every
+device family through ``torch.mps.manual_seed``, ``torch.xpu.manual_seed_all`` ... --
+is not the program's call: it is counted under the torch function the program
+called (:func:`made_by_torch`), not as a use of the inner API at the program's line.
 """
 from __future__ import annotations
 
@@ -37,6 +42,12 @@ class APIUse:
 
 
 _uses: dict[str, APIUse] = {}
+_by_torch: Counter = Counter()  # the torch function the program called -> translated calls it made
+#: availability probes of the families the program is not written for (``torch.xpu.is_available`` while
+#: the source is cuda): they answer as a machine without that family would, torch's own answer here,
+#: so they are counted (:func:`other_family_probes`) but not listed as translated APIs
+quiet: frozenset[str] = frozenset()
+_quiet_calls = 0
 
 def _skip_prefixes() -> tuple[str, ...]:
     import runpy
@@ -48,39 +59,86 @@ def _skip_prefixes() -> tuple[str, ...]:
 
 
 _SKIP: tuple[str, ...] = ()
+_TORCH = ""
 
 
-def _call_site(depth: int = 2) -> tuple[str, int]:
-    """The first frame outside torch and torchdevice: the user's line."""
-    global _SKIP
+def _call_site(depth: int = 2) -> tuple[str, int, object]:
+    """The first frame outside torch and torchdevice (the user's line), and the frame of torch's
+    code the user's line called on the way, if the call went through torch (else None)."""
+    global _SKIP, _TORCH
     if not _SKIP:
         _SKIP = _skip_prefixes()
+        _TORCH = _SKIP[1]
     frame = sys._getframe(depth)
+    through = None
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIP):
-            return filename, frame.f_lineno
+            return filename, frame.f_lineno, through
+        if filename.startswith(_TORCH) and (through is None or "<locals>" not in _qualname(frame.f_code)):
+            through = frame  # the outermost torch function on the way, not a decorator's inner wrapper
         frame = frame.f_back
-    return "<unknown>", 0
+    return "<unknown>", 0, through
+
+
+def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
+    """``warnings.warn`` located at the program's line: the first frame outside torch, torchdevice
+    and the import machinery, however deep inside them the warning arises."""
+    import warnings
+
+    filename, lineno, _ = _call_site()
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename != filename or frame.f_lineno != lineno):
+        frame = frame.f_back
+    module_globals = frame.f_globals if frame is not None else {}
+    registry = module_globals.setdefault("__warningregistry__", {}) if frame is not None else None
+    warnings.warn_explicit(message, category, filename, lineno, module=module_globals.get("__name__"),
+                           registry=registry, module_globals=module_globals or None)
+
+
+def _qualname(code) -> str:
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def _torch_name(frame) -> str:
+    """``torch.manual_seed`` for the frame of ``torch.random.manual_seed`` (the public spelling when
+    ``torch`` re-exports the function), else ``module.qualname``."""
+    code = frame.f_code
+    torch = sys.modules.get("torch")
+    public = getattr(torch, code.co_name, None) if torch is not None else None
+    if getattr(public, "__code__", None) is code:
+        return f"torch.{code.co_name}"
+    module = frame.f_globals.get("__name__", "torch")
+    return f"{module}.{_qualname(code)}"
 
 
 def note(api: str, how: str) -> None:
     """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``."""
-    filename, lineno = _call_site()
+    global _quiet_calls
+    filename, lineno, through = _call_site()
+    via = _torch_name(through) if through is not None else None
     with _lock:
         if _report_on:
-            use = _uses.get(api)
-            if use is None:
-                use = _uses[api] = APIUse(api, how)
-            use.calls += 1
-            use.sites[f"{filename}:{lineno}"] += 1
+            if api in quiet:
+                _quiet_calls += 1
+            elif via is not None:
+                _by_torch[via] += 1
+            else:
+                use = _uses.get(api)
+                if use is None:
+                    use = _uses[api] = APIUse(api, how)
+                use.calls += 1
+                use.sites[f"{filename}:{lineno}"] += 1
         if _log_on:
             key = (api, filename, lineno)
             if key in _logged_sites:
                 return
             _logged_sites.add(key)
     if _log_on:
-        logger.debug("%s:%d: %s -> %s", filename, lineno, api, how)
+        if via is not None:
+            logger.debug("%s:%d: %s (via %s) -> %s", filename, lineno, api, via, how)
+        else:
+            logger.debug("%s:%d: %s -> %s", filename, lineno, api, how)
 
 
 def _refresh() -> None:
@@ -125,7 +183,22 @@ def report_data() -> list[APIUse]:
         return sorted(_uses.values(), key=lambda u: (-u.calls, u.api))
 
 
-def reset() -> None:
+def made_by_torch() -> dict[str, int]:
+    """Translated calls torch made on the program's behalf, per torch function the program called
+    (``{"torch.manual_seed": 3}``), most first."""
     with _lock:
+        return dict(_by_torch.most_common())
+
+
+def other_family_probes() -> int:
+    """How many availability probes of families other than the source the program made (see :data:`quiet`)."""
+    return _quiet_calls
+
+
+def reset() -> None:
+    global _quiet_calls
+    with _lock:
+        _quiet_calls = 0
         _uses.clear()
+        _by_torch.clear()
         _logged_sites.clear()

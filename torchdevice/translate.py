@@ -188,7 +188,9 @@ def _unpatch_locked() -> None:
     boundary.uninstall_imports(_imports)
     _imports = None
     if _patcher is not None:
-        from . import integrations
+        from . import integrations, trace
+
+        trace.quiet = frozenset()
 
         integrations.deactivate()
         _patcher.restore()

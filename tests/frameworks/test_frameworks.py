@@ -6,8 +6,8 @@ lightning==2.6.6, accelerate==1.15.0 and transformers==5.23.0 (torch 2.13.0) and
 The scripts are in this directory; each writes what it saw as JSON. Every run is a subprocess
 (about 4-5 s each on the reference machine, 8-10 s for two DDP ranks).
 
-Two logical devices for ``devices=2`` come from ``LOCAL_WORLD_SIZE=2`` (the CPU backend gives one
-device per local rank); ``TORCHDEVICE_DEVICE_COUNT`` will be the direct way once it exists.
+Two logical devices for ``devices=2`` come from ``TORCHDEVICE_DEVICE_COUNT=2`` (what
+``torchdevice run --devices 2`` exports); one case keeps ``LOCAL_WORLD_SIZE=2``, which launchers set.
 """
 from __future__ import annotations
 
@@ -114,10 +114,15 @@ def test_lightning_matmul_precision_hint_follows_translated_capability(tmp_path,
     assert "used: True (translated by torchdevice" in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("accelerator, devices", [("gpu", "2"), ("cuda", "2"), ("auto", "auto")])
-def test_lightning_ddp_two_devices(tmp_path, accelerator, devices, lightning_native_bf16):
+@pytest.mark.parametrize("accelerator, devices, env", [
+    ("gpu", "2", {"TORCHDEVICE_DEVICE_COUNT": "2"}),
+    ("cuda", "2", {"TORCHDEVICE_DEVICE_COUNT": "2"}),
+    ("auto", "auto", {"TORCHDEVICE_DEVICE_COUNT": "2"}),
+    ("gpu", "2", {"LOCAL_WORLD_SIZE": "2"}),
+], ids=["gpu-2", "cuda-2", "auto-auto", "gpu-2-local-world-size"])
+def test_lightning_ddp_two_devices(tmp_path, accelerator, devices, env, lightning_native_bf16):
     """devices=2 (or auto, with two logical devices): DDP on the backend's engine, two ranks."""
-    runs, _ = lightning_run(tmp_path, accelerator, devices, "bf16-mixed", env={"LOCAL_WORLD_SIZE": "2"})
+    runs, _ = lightning_run(tmp_path, accelerator, devices, "bf16-mixed", env=env)
     assert [r["rank"] for r in runs] == [0, 1]
     for run in runs:
         assert run["strategy"] == "DDPStrategy" and run["world_size"] == 2
@@ -196,12 +201,21 @@ def test_trainer_bf16_equals_native_cpu():
     assert run["losses"] == reference["losses"]
 
 
-def test_trainer_fp16_runs_float16_autocast_and_scaling():
+def test_trainer_fp16_runs_float16_autocast_and_scaling(tmp_path):
+    """fp16=True: Trainer's CUDA path (no torch.xpu / torch.mps call in the report), float16 autocast
+    and a GradScaler on the target."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    run = last_json(translated("hf_trainer.py", "fp16"))
+    report = tmp_path / "report.json"
+    result = run_command([sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", "--report", str(report),
+                          str(HERE / "hf_trainer.py"), "fp16"], timeout=240)
+    run = last_json(result)
     assert run["n_gpu"] == 1 and run["native_amp"] and run["scaler_device"] == "cpu"
     assert all_dtypes(run["seen"]) == {"torch.float16"} and all(s["autocast_cuda"] for s in run["seen"])
+    called = json.loads(report.read_text())
+    text = json.dumps(called)
+    assert "torch.cuda." in text  # the report did record the program's CUDA calls
+    assert "torch.xpu." not in text and "torch.mps." not in text, text
 
 
 def test_trainer_tf32_is_answered_from_the_translated_capability():

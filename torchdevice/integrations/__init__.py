@@ -207,8 +207,10 @@ def _install(state: _State, module: Any) -> None:
     except BaseException as exc:  # never break the program's import
         state.error = f"{type(exc).__name__}: {exc}"
         plugins._record(state.plugin, f"integration {state.integration.name!r}", exc)
-        warnings.warn(f"torchdevice: integration {state.integration.name!r} failed on {module.__name__}: "
-                      f"{state.error}; the framework runs untranslated by it", RuntimeWarning, stacklevel=2)
+        from .. import trace
+
+        trace.warn(f"torchdevice: integration {state.integration.name!r} failed on {module.__name__}: "
+                   f"{state.error}; the framework runs untranslated by it")
         return
     state.installed.append(module.__name__)
 
