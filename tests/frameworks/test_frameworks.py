@@ -132,6 +132,16 @@ def test_lightning_ddp_two_devices(tmp_path, accelerator, devices, env, lightnin
     assert runs[0]["param_sum"] == runs[1]["param_sum"]  # DDP kept the replicas equal
 
 
+def test_lightning_ddp_zero_code(tmp_path):
+    """The README's zero-code line: `TORCHDEVICE_BACKEND=cpu TORCHDEVICE_DEVICE_COUNT=2 python script.py`."""
+    pytest.importorskip("lightning")
+    runs, _ = lightning_run(tmp_path, "gpu", "2", "32-true", run=native,
+                            env={"TORCHDEVICE_BACKEND": "cpu", "TORCHDEVICE_DEVICE_COUNT": "2"})
+    assert [r["rank"] for r in runs] == [0, 1]
+    assert all(r["strategy"] == "DDPStrategy" and r["accelerator"] == "TranslatedCUDAAccelerator" for r in runs)
+    assert runs[0]["param_sum"] == runs[1]["param_sum"]
+
+
 def test_lightning_more_devices_than_the_target_has_is_lightnings_error(tmp_path):
     pytest.importorskip("lightning")
     out = tmp_path / "o"

@@ -115,7 +115,8 @@ def _load_entry_points() -> None:
         info = plugins.PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
         stage = "import"
         try:
-            plugin = ep.load()
+            with plugins._deadline(f"importing integration plugin {ep.name!r}"):  # a hanging import is bounded
+                plugin = ep.load()
             stage = "validate"
             plugins.register(plugin, name=ep.name, info=info, notify=False)
         except KeyboardInterrupt:
@@ -144,7 +145,8 @@ def collect() -> dict[str, _State]:
         disabled = _disabled_names()
         results = list(plugins.call_each("torchdevice_integrations"))
         results.sort(key=lambda item: item[0] == PLUGIN_NAME)  # stable: the built-ins last
-        previous = {id(s.integration): s for s in _states.values()}
+        # keyed by (plugin, name): a hook may return new objects on each call; what was installed stays known
+        previous = {(s.plugin, n): s for n, s in _states.items()}
         found: dict[str, _State] = {}
         for plugin, result in results:
             if plugin == PLUGIN_NAME and result:
@@ -165,7 +167,7 @@ def collect() -> dict[str, _State]:
                 if problem or not isinstance(name, str):
                     plugins.report(plugins.Problem(plugin, "torchdevice_integrations", problem or "no name"))
                     continue
-                state = previous.get(id(integration)) or _State(integration, plugin)
+                state = previous.get((plugin, name)) or _State(integration, plugin)
                 state.disabled = "all" in disabled or name.lower() in disabled
                 found[name] = state
         _states.clear()
