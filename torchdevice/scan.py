@@ -378,6 +378,31 @@ def _chain_parts(node: ast.AST) -> tuple[ast.Name, list[str]] | None:
     return node, attrs[::-1]
 
 
+#: contexts of a device literal compared with ``==``/``!=``: with what a tensor or torch.device reports
+#: (``x.device.type == "cuda"``: the real device type under translation) or with the program's own string
+COMPARE_REAL, COMPARE_STRING = "== device.type", "== string"
+
+
+def _real_device_expr(node: ast.AST, within_str: bool = False) -> bool:
+    """Whether ``node`` reads a device's type or a device as torch reports it (``x.device.type``,
+    ``device.type``, ``str(x.device)``): under translation the real device, not "cuda"."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
+        return _real_device_expr(node.args[0], within_str=True)
+    if not isinstance(node, ast.Attribute):
+        return False
+    if node.attr == "device":  # only inside str(): a bare `args.device` is as often the program's own string
+        return within_str
+    if node.attr == "type":
+        inner = node.value
+        name = inner.attr if isinstance(inner, ast.Attribute) else inner.id if isinstance(inner, ast.Name) else ""
+        return "device" in name.lower() or (isinstance(inner, ast.Call) and _callee_is_device(inner))
+    return False
+
+
+def _callee_is_device(call: ast.Call) -> bool:
+    return (_chain_text(call.func) or "").endswith("device")
+
+
 def _chain_text(node: ast.AST) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
     parts = _chain_parts(node)
@@ -813,9 +838,20 @@ class _Analyzer:
     def visit_Compare(self, node: ast.Compare) -> None:
         # "CUDA_VISIBLE_DEVICES" in os.environ
         environ = any((_chain_text(c) or "").endswith("environ") for c in node.comparators)
-        self._with_context("environ" if environ else self.context, node.left)
-        for c in node.comparators:
-            self.visit(c)
+        if environ:
+            self._with_context("environ", node.left)
+            for c in node.comparators:
+                self.visit(c)
+            return
+        # x.device.type == "cuda" (the real device type) vs device_type == "cuda" (the program's own string)
+        operands = [node.left, *node.comparators]
+        equality = all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+        for i, operand in enumerate(operands):
+            context = self.context
+            if equality and isinstance(operand, ast.Constant) and isinstance(operand.value, str):
+                others = operands[:i] + operands[i + 1:]
+                context = COMPARE_REAL if any(_real_device_expr(o) for o in others) else COMPARE_STRING
+            self._with_context(context, operand)
 
     def _string_context(self) -> str:
         return "" if self.context in ("reference",) else self.context
@@ -1004,6 +1040,24 @@ def status_lookup(backend: str | None) -> tuple[Callable[[str], tuple[str, str]]
     return lookup, ""
 
 
+def _compare_effect(api: str, context: str, literal: str, status: str) -> tuple[str, str]:
+    """What a comparison with a device literal does under translation (see :data:`COMPARE_REAL`)."""
+    family = api.partition(":")[2]
+    if status == "native":  # the target's own device type (cuda on the cuda backend): compares as natively
+        return status, f"{family} is the target's own device type: the comparison behaves as without torchdevice"
+    if context == COMPARE_REAL:
+        return "native", (
+            f"compares with the device torch reports, which is the target's real one under translation: "
+            f"{literal!r} never matches (the comparison is False, `!=` True), so the program takes its "
+            f"non-{family} branch here; `x.is_{family}` is translated and True for the target's tensors")
+    if status == UNKNOWN:
+        return status, ""
+    return status, (
+        f"compares the program's own string: it holds {literal!r} when the program chose {family} "
+        f"(torch.{family}.is_available() is True for the source family under translation), so the "
+        f"program takes its {family} branch; the string is translated where it reaches torch")
+
+
 # -- the scan -------------------------------------------------------------------------
 
 
@@ -1053,6 +1107,8 @@ def scan_paths(
             report.errors.append(error)
         for line, col, api, kind, context, detail, code in found:
             status, note = lookup(api)
+            if kind == "device" and context in (COMPARE_REAL, COMPARE_STRING):
+                status, note = _compare_effect(api, context, detail, status)
             report.uses.append(Use(path, line, col, api, kind, context, detail, code, status, note))
     report.elapsed_s = time.perf_counter() - start
     return report
