@@ -112,3 +112,20 @@ def test_the_check_finds_a_cycle(tmp_path):
     graph = import_graph(package)
     assert graph["pkg.sub.c"] == {"pkg.a"} and graph["pkg.d"] == {"pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]  # d's lazy import is not an edge
+
+
+def test_the_source_families_are_spelled_once():
+    """The family tuple lives in torchdevice.vocabulary (torch-free); no module spells it again."""
+    vocabulary = ast.parse((PACKAGE / "vocabulary.py").read_text())
+    imported = {a.name for n in ast.walk(vocabulary) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    assert imported <= {"annotations"}  # nothing but `from __future__ import annotations`
+    spelled = []
+    for name, path in modules(PACKAGE).items():
+        if name == "torchdevice.vocabulary":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Tuple) and len(node.elts) == 4
+                    and [getattr(e, "value", None) for e in node.elts] == ["cuda", "mps", "xpu", "mtia"]):
+                spelled.append(f"{name}:{node.lineno}")
+    assert spelled == []

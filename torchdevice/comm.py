@@ -56,6 +56,7 @@ from torch._utils import (
 from . import router
 from .backend import CollectiveOps, Status, emulated, native, status_of
 from .errors import InvalidDeviceError
+from .vocabulary import SOURCE_FAMILIES
 
 __all__ = [
     "broadcast",
@@ -74,7 +75,7 @@ __all__ = [
 FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")
 
 #: Device types whose code torchdevice translates (see torchdevice.translate.SOURCE_TYPES).
-_SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
+_SOURCE_TYPES = SOURCE_FAMILIES
 
 # The real device class: torch.device may be a translating stand-in while patched.
 _Device = type(torch.empty(0).device)

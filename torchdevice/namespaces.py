@@ -90,13 +90,14 @@ from . import trace as _trace
 from .backend import STATUS_ATTR, Status, status_of
 from .errors import InvalidDeviceError, UnsupportedError
 from .streams import HostEvent, HostStream, index_in, parse_index
+from .vocabulary import SOURCE_FAMILIES
 
 NATIVE, TRANSLATED, EMULATED, NOOP, UNSUPPORTED = (
     Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, Status.UNSUPPORTED,
 )
 
 #: The namespaces torchdevice fronts, by device type.
-NAMESPACES = ("cuda", "mps", "xpu", "mtia")
+NAMESPACES = SOURCE_FAMILIES
 
 #: Submodules that re-export namespace functions; patched alongside the namespace.
 SUBMODULES = {

@@ -111,6 +111,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
+from .vocabulary import SOURCE_FAMILIES
+
 #: Best to worst; ``--fail-on S`` fails on S and everything after it.
 SEVERITY = ("native", "translated", "no-op", "emulated", "unsupported")
 UNKNOWN = "unknown"
@@ -124,7 +126,7 @@ SKIP_DIRS = frozenset({"__pycache__", "site-packages", "dist-packages", "node_mo
 ENV_MARKERS = ("pyvenv.cfg", "conda-meta")
 SOURCE_SUFFIXES = (".py", ".pyw")
 
-ACCEL_TYPES = ("cuda", "mps", "xpu", "mtia")
+ACCEL_TYPES = SOURCE_FAMILIES
 METHODS = frozenset({"cuda", "xpu", "mtia"})
 IS_ATTRS = frozenset({"is_cuda", "is_mps", "is_xpu", "is_mtia"})
 

@@ -35,9 +35,10 @@ from typing import Iterator, NamedTuple
 from . import boundary, router
 from ._patching import Patcher
 from .errors import ConfigError
+from .vocabulary import SOURCE_FAMILIES
 
 #: Device types whose code torchdevice translates.
-SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
+SOURCE_TYPES = SOURCE_FAMILIES
 
 #: Installer modules, in order. Each has ``install(patcher, target)``.
 INSTALLERS = (
