@@ -23,6 +23,7 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from types import FrameType
 
 logger = logging.getLogger("torchdevice")
 
@@ -62,14 +63,14 @@ _SKIP: tuple[str, ...] = ()
 _TORCH = ""
 
 
-def _call_site(depth: int = 2) -> tuple[str, int, object]:
+def _call_site(depth: int = 2) -> tuple[str, int, FrameType | None]:
     """The first frame outside torch and torchdevice (the user's line), and the frame of torch's
     code the user's line called on the way, if the call went through torch (else None)."""
     global _SKIP, _TORCH
     if not _SKIP:
         _SKIP = _skip_prefixes()
         _TORCH = _SKIP[1]
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     through = None
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -87,7 +88,7 @@ def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
     import warnings
 
     filename, lineno, _ = _call_site()
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename != filename or frame.f_lineno != lineno):
         frame = frame.f_back
     module_globals = frame.f_globals if frame is not None else {}
@@ -100,7 +101,7 @@ def _qualname(code) -> str:
     return getattr(code, "co_qualname", code.co_name)
 
 
-def _torch_name(frame) -> str:
+def _torch_name(frame: FrameType) -> str:
     """``torch.manual_seed`` for the frame of ``torch.random.manual_seed`` (the public spelling when
     ``torch`` re-exports the function), else ``module.qualname``."""
     code = frame.f_code
@@ -157,7 +158,7 @@ def configure_logging(level: str | None = None) -> None:
     if not any(getattr(h, "_torchdevice", False) for h in logger.handlers):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("torchdevice %(levelname)s: %(message)s"))
-        handler._torchdevice = True
+        handler._torchdevice = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(level.upper())
     _log_on = logger.isEnabledFor(logging.DEBUG)
