@@ -199,3 +199,14 @@ def test_mlx_reserved_peak(host):
     assert torch.cuda.max_memory_reserved() >= torch.cuda.memory_reserved()
     assert torch.cuda.max_memory_reserved() >= torch.cuda.max_memory_allocated()
     assert torch.cuda.get_sync_debug_mode() == 0
+
+
+def test_allocator_snapshots_are_answered_empty(host):
+    """A program asking for the allocator's segments gets CUDA's shape with none (issue 9: a query is
+    answered, never refused): what CUDA returns before its first allocation."""
+    assert torch.cuda.memory_snapshot() == []
+    assert torch.cuda.memory_snapshot(include_traces=False) == []
+    snap = torch.mtia.snapshot()
+    assert snap["segments"] == [] and len(snap["device_traces"]) == torch.cuda.device_count()
+    with pytest.raises(torchdevice.UnsupportedError):
+        torch.mtia.record_memory_history()  # the action stays refused: there is no recorder

@@ -768,7 +768,19 @@ _unsupported("caching_allocator_delete", "free the memory by dropping the tensor
 _unsupported("change_current_allocator", "the {backend} backend's allocator cannot be replaced from Python")
 _unsupported("get_allocator_backend",
              "the {backend} backend has no configurable allocator backend (PYTORCH_CUDA_ALLOC_CONF is CUDA's)")
-_unsupported("memory_snapshot", "no allocator segment snapshot on the {backend} backend; use torch.{ns}.memory_stats()")
+
+
+@_spec("memory_snapshot", declared(TRANSLATED, "the {backend} backend exposes no caching-allocator segments: an "
+                                               "empty list, the snapshot CUDA gives before its first allocation (a "
+                                               "question answered, not refused; a backend with segments defines "
+                                               "MemoryOps.memory_snapshot)"))
+def _b_memory_snapshot(fx, ns, name):
+    def memory_snapshot(mempool_id=None, include_traces=True) -> list:
+        return []
+
+    return memory_snapshot
+
+
 _unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats"),
              "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()")
 
@@ -791,8 +803,20 @@ _unsupported("list_gpu_processes",
 _unsupported(("memory_usage", "utilization", "temperature", "power_draw", "clock_rate"),
              "device telemetry comes from NVML/amd-smi on NVIDIA/AMD GPUs only; read the {backend} "
              "machine's own monitoring tools")
-_unsupported(("record_memory_history", "snapshot"),
+_unsupported("record_memory_history",
              "allocator history is a feature of the {ns} allocator; use torch.{ns}.memory_stats()")
+
+
+@_spec("snapshot", declared(TRANSLATED, "the {backend} backend exposes no allocator segments and records no "
+                                        "history: {{'segments': [], 'device_traces': [[] per device]}}, the empty "
+                                        "snapshot"))
+def _b_snapshot(fx, ns, name):
+    count = fx.count
+
+    def snapshot() -> dict:
+        return {"segments": [], "device_traces": [[] for _ in range(count)]}
+
+    return snapshot
 
 
 @_spec("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))
