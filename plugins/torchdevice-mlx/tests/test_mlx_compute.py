@@ -249,3 +249,38 @@ def test_torchdevice_run_backend_mlx_on_a_cuda_program(tmp_path):
         'device="cuda"', 'device="cpu"').split("before =")[0]], capture_output=True, text=True, timeout=300,
         check=True)
     assert [float(v) for v in losses] == pytest.approx([float(v) for v in native.stdout.split()], rel=1e-3)
+
+
+def _train_opt(device: str, make_opt, steps: int = 4) -> list[float]:
+    torch.manual_seed(0)
+    model = _mlp().to(device)
+    opt = make_opt(model.parameters())
+    x, y = torch.randn(8, 16, device=device), torch.randint(0, 4, (8,), device=device)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+OPTIMIZERS = {
+    "adamw-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True),
+    "adam-fused": lambda ps: torch.optim.Adam(ps, lr=1e-2, fused=True),
+    "sgd-foreach": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, foreach=True),
+    "sgd-fused": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, fused=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_foreach_and_fused_optimizers_match_native_cpu(name):
+    """foreach=True / fused=True run torch's multi-tensor host kernels on MLX tensors: every mutated
+    tensor list is written back, and strided MLX arrays reach the kernels in torch's layout (both were
+    silently wrong: 30% off after four steps)."""
+    native = _train_opt("cpu", OPTIMIZERS[name])
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _train_opt("cuda", OPTIMIZERS[name])
+    assert translated == pytest.approx(native, rel=1e-5)

@@ -17,9 +17,10 @@ unchanged):
 Device identity
   The tensor reports device ``cpu`` to torch. The mlx backend's
   ``device_type`` already is ``cpu``, so translation maps ``cuda`` & co. to
-  it; autograd, optimizers (their single-tensor paths: subclasses are not
-  eligible for foreach/fused, which torch decides by exact type) and
-  serialization treat it as a host tensor. It is told apart by its type
+  it; autograd, optimizers (by default their single-tensor paths: subclasses are
+  not eligible for foreach/fused, which torch decides by exact type; an explicit
+  ``foreach=True``/``fused=True`` runs torch's host kernels, every mutated list
+  written back) and serialization treat it as a host tensor. It is told apart by its type
   (``isinstance(t, MLXTensor)``). A renamed PrivateUse1 device was rejected:
   it needs a C++ allocator registration for factories, and every optimizer's
   device checks and torchdevice's translation would then see a device type
@@ -394,7 +395,10 @@ def _inplace(func, args, kwargs):
 
 
 def _to_host(x):
-    return x.torch_cpu() if isinstance(x, MLXTensor) else x
+    # contiguous: an MLX array can be strided (a lazy transpose), and some host kernels assume the
+    # layout torch gives its own tensors -- the fused optimizers read param and grad as flat buffers,
+    # natively guaranteed alike (AccumulateGrad matches the param's layout)
+    return x.torch_cpu().contiguous() if isinstance(x, MLXTensor) else x
 
 
 def _host_fallback(func, args, kwargs, *, count: bool = True):
@@ -409,9 +413,13 @@ def _host_fallback(func, args, kwargs, *, count: bool = True):
         if arg.alias_info is not None and arg.alias_info.is_write:
             src = args[i] if i < len(args) else kwargs.get(arg.name)
             host = host_args[i] if i < len(args) else host_kwargs.get(arg.name)
-            if isinstance(src, MLXTensor):
-                write(src, array_from_torch(host))
-                mutated.append((host, src))
+            # a mutated list (``Tensor(a!)[]``: the _foreach_*_ and _fused_*_ ops) is written back element-wise
+            pairs = zip(src, host) if isinstance(src, (list, tuple)) and isinstance(host, (list, tuple)) \
+                else ((src, host),)
+            for one_src, one_host in pairs:
+                if isinstance(one_src, MLXTensor):
+                    write(one_src, array_from_torch(one_host))
+                    mutated.append((one_host, one_src))
 
     def back(x):
         if isinstance(x, torch.Tensor):
