@@ -284,3 +284,34 @@ def test_foreach_and_fused_optimizers_match_native_cpu(name):
     with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
         translated = _train_opt("cuda", OPTIMIZERS[name])
     assert translated == pytest.approx(native, rel=1e-5)
+
+
+def _view_writes(device: str) -> dict:
+    x = torch.arange(20.0, device=device).reshape(4, 5)
+    out = {}
+    a = x.clone()
+    a.diagonal().zero_()
+    out["diagonal"] = a
+    b = x.clone()
+    b.as_strided((2, 2), (5, 1), 1).fill_(-1.0)
+    out["as_strided"] = b
+    c = x.clone()
+    c.t()[1].add_(5)
+    out["t-select"] = c
+    d = x.clone()
+    d.unfold(1, 2, 2)[..., 0].mul_(10)
+    out["unfold"] = d
+    e = x.clone()
+    torch.nn.init.zeros_(e.narrow(0, 1, 2))
+    out["narrow"] = e
+    return {k: v.cpu() for k, v in out.items()}
+
+
+def test_writes_through_every_view_op_reach_the_base():
+    """An in-place write through any view op (diagonal, as_strided, unfold, narrow ...) lands in the
+    base tensor, as in torch; diagonal().zero_() used to write into a silent copy."""
+    native = _view_writes("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _view_writes("cuda")
+    for name in native:
+        assert torch.equal(native[name], translated[name]), name

@@ -256,6 +256,19 @@ def _init_views() -> None:
 
 
 _MULTI_VIEWS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default}
+_ALIASING: dict = {}
+
+
+def _aliases_its_input(func) -> bool:
+    """Whether ATen op ``func`` returns one tensor aliasing its first argument (a view op, per its schema)."""
+    hit = _ALIASING.get(func)
+    if hit is None:
+        schema = func._schema
+        hit = _ALIASING[func] = bool(
+            getattr(func, "is_view", False) and len(schema.returns) == 1
+            and str(schema.returns[0].type) == "Tensor" and schema.returns[0].alias_info is not None
+            and not schema.returns[0].alias_info.is_write)
+    return hit
 
 
 def _unwrap(x):
@@ -275,7 +288,12 @@ def _wrap(x):
 def _run_lowered(op, args, kwargs):
     from .lowerings import LOWERINGS
 
-    return LOWERINGS[op](*args, **kwargs)
+    lowering = LOWERINGS.get(op)
+    if lowering is not None:
+        return lowering(*args, **kwargs)
+    # a view op MLX has no lowering for (as_strided, view_as_real ...): its data computed on the host
+    _note_fallback(str(op))
+    return array_from_torch(op(torch_from_array(args[0]), *args[1:], **kwargs).contiguous())
 
 
 def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
@@ -295,6 +313,10 @@ def dispatch(func, args: tuple, kwargs: dict):
         return _make_view(func, args[0], tuple(args[1:]), kwargs)
     if func in _MULTI_VIEWS and isinstance(args[0], MLXTensor):
         return _multi_view(func, args[0], tuple(args[1:]), kwargs)
+    if args and isinstance(args[0], MLXTensor) and _aliases_its_input(func):
+        # any other view op (diagonal, as_strided, ...) must alias too: an in-place write through it reaches
+        # the base, never a silent copy (write() replays the view chain with torch on the host)
+        return _make_view(func, args[0], tuple(args[1:]), kwargs)
     schema = func._schema
     if schema.is_mutable or func.overloadpacket.__name__.endswith("_"):
         inplace = _inplace(func, args, kwargs)
