@@ -399,6 +399,8 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         "made_by_torch": trace.made_by_torch(),
         # availability probes of the families the program is not written for, answered "not here"
         "other_family_probes": trace.other_family_probes(),
+        # what plugins count themselves (the mlx plugin: ATen ops that fell back to torch on the host)
+        "sections": trace.sections(),
         "note": "counts the torchdevice run process; child processes are not included",
     }
 
@@ -423,6 +425,11 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
         out.append("- Translated calls torch made on the program's behalf (not listed below): "
                    + ", ".join(f"{n} by `{_md_cell(f)}`" for f, n in data["made_by_torch"].items()))
     out.append("")
+    for name, counts in (data.get("sections") or {}).items():
+        out += [f"## {_md_cell(name)}", "", "| what | count |", "|---|---:|"]
+        out += [f"| `{_md_cell(k)}` | {v} |" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+                if isinstance(v, int)] or [f"| {_md_cell(counts)} | |"]
+        out.append("")
     if not data["apis"]:
         out.append("The program called no translated API.")
         return "\n".join(out) + "\n"

@@ -24,6 +24,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Callable
 
 logger = logging.getLogger("torchdevice")
 
@@ -49,6 +50,7 @@ _by_torch: Counter = Counter()  # the torch function the program called -> trans
 #: so they are counted (:func:`other_family_probes`) but not listed as translated APIs
 quiet: frozenset[str] = frozenset()
 _quiet_calls = 0
+_sections: dict[str, Callable[[], dict]] = {}
 
 def _skip_prefixes() -> tuple[str, ...]:
     import runpy
@@ -189,6 +191,26 @@ def made_by_torch() -> dict[str, int]:
     (``{"torch.manual_seed": 3}``), most first."""
     with _lock:
         return dict(_by_torch.most_common())
+
+
+def add_section(name: str, counts: Callable[[], dict]) -> None:
+    """Let a plugin add its own counts to ``torchdevice run --report``: ``counts()`` is called when the
+    report is written and returns ``{what: how many}`` (the MLX plugin: ATen ops run on the host instead
+    of in MLX). An empty answer leaves the section out."""
+    _sections[name] = counts
+
+
+def sections() -> dict[str, dict]:
+    """The plugins' report sections that have something to say (see :func:`add_section`)."""
+    found: dict[str, dict] = {}
+    for name, counts in list(_sections.items()):
+        try:
+            data = dict(counts())
+        except Exception as exc:  # a plugin's broken counter must not lose the report
+            data = {"error": f"{type(exc).__name__}: {exc}"}
+        if data:
+            found[name] = data
+    return found
 
 
 def other_family_probes() -> int:

@@ -315,3 +315,27 @@ def test_writes_through_every_view_op_reach_the_base():
         translated = _view_writes("cuda")
     for name in native:
         assert torch.equal(native[name], translated[name]), name
+
+
+def test_fallbacks_are_listed_by_the_run_report(tmp_path):
+    """`torchdevice run --backend mlx --report` lists the ATen ops that ran on the host, with counts."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "pool.py"
+    script.write_text("import torch\n"
+                      "x = torch.randn(1, 2, 4, 4, device='cuda')\n"
+                      "for _ in range(3):\n"
+                      "    y = torch.nn.functional.avg_pool2d(x, 2)\n"
+                      "print(float(y.sum()))\n")
+    report = tmp_path / "r.json"
+    subprocess.run([sys.executable, "-m", "torchdevice", "run", "--backend", "mlx", "--report", str(report),
+                    str(script)], capture_output=True, text=True, timeout=300, check=True)
+    sections = json.loads(report.read_text())["sections"]
+    (name, counts), = sections.items()
+    assert name.startswith("mlx") and counts.get("aten.avg_pool2d.default", 0) >= 3, sections
+    md = tmp_path / "r.md"
+    subprocess.run([sys.executable, "-m", "torchdevice", "run", "--backend", "mlx", "--report", str(md),
+                    str(script)], capture_output=True, text=True, timeout=300, check=True)
+    assert "`aten.avg_pool2d.default` | 3 |" in md.read_text()

@@ -68,6 +68,18 @@ def reset_fallback_counts() -> None:
         _counts.clear()
 
 
+def _report_fallbacks() -> dict[str, int]:
+    return fallback_counts()
+
+
+try:  # `torchdevice run --report` lists the fallbacks (a core without the hook just has no section)
+    from torchdevice import trace as _trace
+
+    _trace.add_section("mlx: ATen ops run on the host (fallbacks)", _report_fallbacks)
+except (ImportError, AttributeError):
+    pass
+
+
 def _note_fallback(name: str) -> None:
     with _lock:
         _counts[name] += 1
