@@ -191,7 +191,7 @@ def test_fallbacks_are_counted(mlx_cuda):
     assert fallback_counts() == {}  # lowered ops do not fall back
 
 
-def _train_autocast(device: str) -> tuple[list[float], torch.dtype]:
+def _train_autocast(device: str, dtype: torch.dtype = torch.bfloat16) -> tuple[list[float], torch.dtype]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -199,7 +199,7 @@ def _train_autocast(device: str) -> tuple[list[float], torch.dtype]:
     losses = []
     for _ in range(3):
         opt.zero_grad()
-        with torch.autocast(device, dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=dtype):
             out = model(x)
         loss = F.cross_entropy(out.float(), y)
         loss.backward()
@@ -215,6 +215,15 @@ def test_bf16_autocast_computes_in_bf16_and_matches_native():
     assert dtype == native_dtype == torch.bfloat16
     # bf16 has 8 bits of mantissa: MLX and torch accumulate in different orders (measured 3e-4)
     assert translated == pytest.approx(native, rel=2e-3)
+
+
+def test_fp16_autocast_computes_in_fp16_and_matches_native():
+    native, native_dtype = _train_autocast("cpu", torch.float16)
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated, dtype = _train_autocast("cuda", torch.float16)
+    assert dtype == native_dtype == torch.float16
+    # float16 keeps 11 bits of mantissa: a tighter match than bf16's
+    assert translated == pytest.approx(native, rel=1e-3)
 
 
 CUDA_PROGRAM = """
