@@ -109,7 +109,9 @@ def _torch_name(frame: FrameType) -> str:
     code = frame.f_code
     torch = sys.modules.get("torch")
     public = getattr(torch, code.co_name, None) if torch is not None else None
-    if getattr(public, "__code__", None) is code:
+    while public is not None and getattr(public, "__code__", None) is not code:
+        public = getattr(public, "__wrapped__", None)  # torch.manual_seed may be torchdevice's wrapper of it
+    if public is not None:
         return f"torch.{code.co_name}"
     module = frame.f_globals.get("__name__", "torch")
     return f"{module}.{_qualname(code)}"
