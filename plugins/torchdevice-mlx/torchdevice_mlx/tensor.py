@@ -297,6 +297,16 @@ def _wrap(x):
     return x
 
 
+_MX_ARRAY: list = []
+
+
+def _mx_array():
+    """``mlx.core.array`` (looked up once)."""
+    if not _MX_ARRAY:
+        _MX_ARRAY.append(mx().array)
+    return _MX_ARRAY[0]
+
+
 def _run_lowered(op, args, kwargs):
     from .lowerings import LOWERINGS
 
@@ -315,41 +325,63 @@ def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
     return out
 
 
-def dispatch(func, args: tuple, kwargs: dict):
-    """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
+#: id(op) -> (op, its route): decided once per ATen op (OpOverload hashes in Python, so every
+#: `op in table` on the hot path costs; an int key does not). The op is kept so its id stays its own.
+_ROUTES: dict[int, tuple] = {}
+
+
+def _route(func) -> tuple:
     from .lowerings import HOST_OPS, LOWERINGS, RANDOM_OPS
 
     if not _VIEW_OPS:
         _init_views()
-    if func in _VIEW_OPS and isinstance(args[0], MLXTensor) and func in LOWERINGS:
-        return _make_view(func, args[0], tuple(args[1:]), kwargs)
-    if func in _MULTI_VIEWS and isinstance(args[0], MLXTensor):
-        return _multi_view(func, args[0], tuple(args[1:]), kwargs)
-    if args and isinstance(args[0], MLXTensor) and _aliases_its_input(func):
+    lowering = LOWERINGS.get(func)
+    random = func in RANDOM_OPS
+    route = (
+        func in _VIEW_OPS and lowering is not None,  # a lowered view
+        func in _MULTI_VIEWS,  # split/unbind/chunk
+        _aliases_its_input(func),  # any other view op
+        func._schema.is_mutable or func.overloadpacket.__name__.endswith("_"),  # in place
+        None if random else lowering,
+        random,
+        func in HOST_OPS,
+    )
+    _ROUTES[id(func)] = (func, route)
+    return route
+
+
+def dispatch(func, args: tuple, kwargs: dict):
+    """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
+    entry = _ROUTES.get(id(func))
+    view, multi, alias, mutable, lowering, random, host = entry[1] if entry is not None else _route(func)
+    if (view or multi or alias) and args and isinstance(args[0], MLXTensor):
+        if view:
+            return _make_view(func, args[0], tuple(args[1:]), kwargs)
+        if multi:
+            return _multi_view(func, args[0], tuple(args[1:]), kwargs)
         # any other view op (diagonal, as_strided, ...) must alias too: an in-place write through it reaches
         # the base, never a silent copy (write() replays the view chain with torch on the host)
         return _make_view(func, args[0], tuple(args[1:]), kwargs)
-    schema = func._schema
-    if schema.is_mutable or func.overloadpacket.__name__.endswith("_"):
+    if mutable:
         inplace = _inplace(func, args, kwargs)
         if inplace is not None:
             return inplace
-    if func in LOWERINGS and func not in RANDOM_OPS:
+    if lowering is not None:
         try:
             if any(type(a) in (list, tuple) for a in args):
-                result = LOWERINGS[func](*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+                result = lowering(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
             else:  # the common flat case, without pytree's overhead
-                result = LOWERINGS[func](*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
-            if type(result) is mx().array:
+                result = lowering(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+            if type(result) is _mx_array():
                 return MLXTensor(result)
         except NotImplementedError:  # the lowering does not cover these arguments
             return _host_fallback(func, args, kwargs)
         return tree_map(_wrap, result)
-    if func not in RANDOM_OPS and func not in HOST_OPS:
+    if not random and not host:
         decomp = _decomposition(func)
         if decomp is not None:
             return decomp(*args, **kwargs)
-    return _host_fallback(func, args, kwargs, count=func not in RANDOM_OPS)
+    return _host_fallback(func, args, kwargs, count=not random)
 
 
 def _multi_view(func, src: MLXTensor, args: tuple, kwargs: dict):
