@@ -523,6 +523,70 @@ def _total_memory() -> int:
         return _read_kib_fields(_MEMINFO, "cpu", "get_device_properties")["MemTotal"]
 
 
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity masks (macOS)
+        return os.cpu_count() or 1
+
+
+_CPU0 = "/sys/devices/system/cpu/cpu0"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _sysctl_int(name: str) -> int | None:
+    """``sysctlbyname(name)`` as an integer (macOS, BSD); None elsewhere or when it fails."""
+    if sys.platform != "darwin":
+        return None
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").sysctlbyname
+        value, size = ctypes.c_uint64(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint64))
+        if fn(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return int(value.value) if size.value in (4, 8) else None
+
+
+def _threads_per_core() -> int:
+    siblings = _read(f"{_CPU0}/topology/thread_siblings_list")  # "0-1", "0,4" or "0"
+    if siblings:
+        count = 0
+        for part in siblings.split(","):
+            low, _, high = part.partition("-")
+            count += int(high) - int(low) + 1 if high else 1
+        return count
+    logical, physical = _sysctl_int("hw.logicalcpu"), _sysctl_int("hw.physicalcpu")
+    return logical // physical if logical and physical else 1
+
+
+def _l2_cache_size() -> int:
+    for i in range(8):
+        level, size = _read(f"{_CPU0}/cache/index{i}/level"), _read(f"{_CPU0}/cache/index{i}/size")
+        if level == "2" and size:  # "2048K"
+            units = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}
+            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return _sysctl_int("hw.l2cachesize") or 0
+
+
+def _max_clock_khz() -> int:
+    found = _read(f"{_CPU0}/cpufreq/cpuinfo_max_freq")
+    if found and found.isdigit():
+        return int(found)
+    mhz = _cpu_mhz()
+    if mhz:
+        return mhz * 1000
+    hz = _sysctl_int("hw.cpufrequency_max")
+    return hz // 1000 if hz else 0
+
+
 class CPUBackend(Backend):
     """The host CPU as one device."""
 
@@ -537,14 +601,38 @@ class CPUBackend(Backend):
     def device_count(self) -> int:
         return host_device_count()
 
+    #: What each of CUDA's property fields is on this backend (docs/compatibility.md shows it)
+    PROPERTY_NOTES = {
+        "name": "the CPU model name (/proc/cpuinfo, else platform)",
+        "total_memory": "the host's physical memory",
+        "multi_processor_count": "the logical CPUs this process may run on (its affinity mask)",
+        "is_integrated": "1: the device computes in host memory",
+        "is_multi_gpu_board": "0",
+        "max_threads_per_multi_processor": "hardware threads per core (SMT siblings of CPU 0), 1 where the OS "
+                                           "does not say",
+        "warp_size": "1: a CPU thread executes alone (no lockstep thread groups)",
+        "L2_cache_size": "the L2 cache of CPU 0 in bytes (Linux sysfs, macOS sysctl), 0 where the OS does not say",
+        "clock_rate": "the maximum clock of CPU 0 in kHz (cpufreq cpuinfo_max_freq; else its current clock, "
+                      "cpufreq or /proc/cpuinfo; else macOS sysctl), 0 where the OS does not say",
+        "memory_clock_rate": "0: not readable without privileges",
+        "memory_bus_width": "0: not readable without privileges",
+        "shared_memory_per_block": "0: a CPU has no software-managed shared memory",
+        "shared_memory_per_multiprocessor": "0: a CPU has no software-managed shared memory",
+    }
+
     def device_properties(self, index: int) -> DeviceProperties:
         return DeviceProperties(
             name=_cpu_name(),
             total_memory=_total_memory(),
-            multi_processor_count=os.cpu_count() or 1,
+            multi_processor_count=_usable_cpus(),
             bf16_supported=True,  # torch computes bf16 on every CPU (natively with AVX512-BF16/AMX)
             type="cpu",
             raw={"cpu_capability": torch.backends.cpu.get_cpu_capability()},
+            is_integrated=1,
+            max_threads_per_multi_processor=_threads_per_core(),
+            warp_size=1,
+            L2_cache_size=_l2_cache_size(),
+            clock_rate=_max_clock_khz(),
         )
 
     def memory(self) -> CPUMemory:
