@@ -1,8 +1,8 @@
 """No import cycles among torchdevice's modules (issue 14).
 
 The graph is built from the source (``ast``), not by importing: an edge ``a -> b`` for each
-module-level ``import``/``from ... import`` in ``a`` (including those under a top-level ``if``/``try``,
-but not under ``if TYPE_CHECKING:``, which never runs) that names module ``b`` of the package. Imports inside functions are left out on purpose: they run
+module-level ``import``/``from ... import`` in ``a`` (including those under a top-level ``if``/``try``)
+that names module ``b`` of the package. Imports inside functions are left out on purpose: they run
 after every module has finished initialising (the lazy pattern used to keep ``import torch`` cheap),
 so they cannot observe a half-initialised module. A cycle of module-level imports can, depending on
 which module a program imports first.
@@ -24,17 +24,8 @@ def modules(package: Path) -> dict[str, Path]:
     return found
 
 
-def _type_checking_only(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
 def _top_level(tree: ast.Module):
     for node in tree.body:
-        if _type_checking_only(node):
-            continue  # annotations only: never imported at run time
         if isinstance(node, (ast.If, ast.Try)):
             yield from node.body
             if isinstance(node, ast.If):
@@ -118,10 +109,8 @@ def test_the_check_finds_a_cycle(tmp_path):
     (package / "sub" / "__init__.py").write_text("")
     (package / "sub" / "c.py").write_text("from ..a import thing\n\ndef lazy():\n    from .. import d\n")
     (package / "d.py").write_text("import pkg.a\n")
-    (package / "e.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n")
-    (package / "a.py").write_text("from . import b\nfrom . import e\n")
     graph = import_graph(package)
-    assert graph["pkg.sub.c"] == {"pkg.a"} and graph["pkg.d"] == {"pkg.a"} and graph["pkg.e"] == set()
+    assert graph["pkg.sub.c"] == {"pkg.a"} and graph["pkg.d"] == {"pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]  # d's lazy import is not an edge
 
 
