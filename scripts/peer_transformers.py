@@ -1,6 +1,6 @@
 """Peer run: transformers' own model tests, natively and through ``torchdevice run``, compared.
 
-    python scripts/peer_transformers.py [--models bert llama] [--backend cpu] [--workdir .peer/transformers]
+    python scripts/peer_transformers.py [--models bert llama gpt2] [--backend cpu] [--workdir .peer/transformers]
                                         [-k EXPR] [--keep-going]
 
 Run it with the interpreter of an environment that has transformers (5.23.0 is what docs/testing.md
@@ -8,7 +8,7 @@ reports) and torchdevice installed. It downloads the sdist of the installed tran
 (``pip download --no-binary``; cached in the work directory), takes its ``tests/test_modeling_common.py``
 (``ModelTesterMixin``: the ~300 tests every transformers model runs), stubs the two helper modules the
 sdist does not ship (``tests/exporters/test_export.py``, ``tests/generation/test_utils.py``: their mixins
-are not used here), and adds a tiny BERT and Llama configuration (``scripts/peer/transformers/glue_*.py``:
+are not used here), and adds a tiny BERT, Llama and GPT-2 configuration (``scripts/peer/transformers/glue_*.py``:
 the only code of ours). Then it runs ``pytest`` over them twice -- natively, and as ``torchdevice run
 --backend BACKEND -m pytest`` (there ``transformers.testing_utils.torch_device`` is ``"cuda"``, so the
 tests marked GPU-only run too) -- and compares the outcomes per test from the JUnit XML of each side.
@@ -87,13 +87,24 @@ def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: 
               "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(workdir), f"--junitxml={xml}", *extra]
     command = [python, "-m", "torchdevice", "run", "--backend", backend, *pytest] if translated else [python, *pytest]
     print("$", " ".join(command), flush=True)
+    if xml.exists():
+        xml.unlink()  # a side that crashes before pytest writes its report must not be read from the last run
     subprocess.run(command, cwd=workdir, env=_clean_env())
-    outcomes = {}
+    return outcomes(xml)
+
+
+def outcomes(xml: Path) -> dict[str, str]:
+    """``{test id: passed|failed|skipped}`` from pytest's JUnit XML; a test reported twice (a failing
+    teardown after a pass) keeps its worst outcome."""
+    rank = {"passed": 0, "skipped": 1, "failed": 2}
+    found: dict[str, str] = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
         tags = {child.tag for child in case}
-        outcomes[name] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
-    return outcomes
+        outcome = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        if rank[outcome] >= rank[found.get(name, "passed")]:
+            found[name] = outcome
+    return found
 
 
 def compare(native: dict[str, str], translated: dict[str, str]) -> tuple[list[str], list[tuple[str, str]], str]:
@@ -109,7 +120,7 @@ def compare(native: dict[str, str], translated: dict[str, str]) -> tuple[list[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["bert", "llama"], choices=["bert", "llama"])
+    parser.add_argument("--models", nargs="+", default=["bert", "llama", "gpt2"], choices=["bert", "llama", "gpt2"])
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--workdir", default=str(ROOT / ".peer" / "transformers"))
     parser.add_argument("--python", default=sys.executable)

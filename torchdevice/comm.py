@@ -39,7 +39,6 @@ honoured on the active backend.
 """
 from __future__ import annotations
 
-import warnings
 from typing import ClassVar
 
 import torch
@@ -53,7 +52,7 @@ from torch._utils import (
     _unflatten_sparse_tensors,
 )
 
-from . import router
+from . import router, trace
 from .backend import CollectiveOps, Status, emulated, native, status_of
 from .errors import InvalidDeviceError
 from .vocabulary import SOURCE_FAMILIES
@@ -237,11 +236,10 @@ def gather(tensors, dim=0, destination=None, *, out=None):
     tensors = [_handle_complex(t) for t in tensors]
     if out is None:
         if destination == -1:
-            warnings.warn(
+            trace.warn(
                 "Using -1 to represent CPU tensor is deprecated. Please use a "
                 'device object or string instead, e.g., "cpu".',
                 FutureWarning,
-                stacklevel=2,
             )
         dest = _resolve(destination, backend, optional=True, allow_host=True)
         return backend.collectives.gather(tensors, int(dim), dest, None)

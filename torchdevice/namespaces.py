@@ -79,7 +79,6 @@ import importlib
 import inspect
 import threading
 import types
-import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple
 
@@ -645,7 +644,7 @@ def _deprecated_alias(target: str, message: str):
         fn, index, text = getattr(fx.memory, target), fx.index, message.format(ns=ns)
 
         def impl(device=None):
-            warnings.warn(text, FutureWarning, stacklevel=3)
+            _trace.warn(text, FutureWarning)
             return fn(index(device))
 
         impl.__name__ = impl.__qualname__ = name

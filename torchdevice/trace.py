@@ -12,8 +12,10 @@ pays one attribute read and nothing else.
 
 A call torch makes on the program's behalf -- ``torch.manual_seed`` seeding every
 device family through ``torch.mps.manual_seed``, ``torch.xpu.manual_seed_all`` ... --
-is not the program's call: it is counted under the torch function the program
-called (:func:`made_by_torch`), not as a use of the inner API at the program's line.
+is not the program's call: it is listed under the torch function the program
+called (:func:`made_by_torch_uses`: "``torch.mps.manual_seed`` via ``torch.manual_seed``",
+with how it was handled and the program's line that called ``torch.manual_seed``), not as
+a use of the inner API at the program's line.
 """
 from __future__ import annotations
 
@@ -44,7 +46,9 @@ class APIUse:
 
 
 _uses: dict[str, APIUse] = {}
-_by_torch: Counter = Counter()  # the torch function the program called -> translated calls it made
+#: (the torch function the program called, the translated API it called in turn) -> those calls, with
+#: how each was handled and the program's lines that called the torch function
+_via: dict[tuple[str, str], APIUse] = {}
 #: availability probes of the families the program is not written for (``torch.xpu.is_available`` while
 #: the source is cuda): they answer as a machine without that family would, torch's own answer here,
 #: so they are counted (:func:`other_family_probes`) but not listed as translated APIs
@@ -127,7 +131,11 @@ def note(api: str, how: str) -> None:
             if api in quiet:
                 _quiet_calls += 1
             elif via is not None:
-                _by_torch[via] += 1
+                use = _via.get((via, api))
+                if use is None:
+                    use = _via[(via, api)] = APIUse(api, how)
+                use.calls += 1
+                use.sites[f"{filename}:{lineno}"] += 1
             else:
                 use = _uses.get(api)
                 if use is None:
@@ -191,8 +199,19 @@ def report_data() -> list[APIUse]:
 def made_by_torch() -> dict[str, int]:
     """Translated calls torch made on the program's behalf, per torch function the program called
     (``{"torch.manual_seed": 3}``), most first."""
+    counts: Counter = Counter()
     with _lock:
-        return dict(_by_torch.most_common())
+        for (via, _), use in _via.items():
+            counts[via] += use.calls
+    return dict(counts.most_common())
+
+
+def made_by_torch_uses() -> list[tuple[str, APIUse]]:
+    """The calls :func:`made_by_torch` counts, one ``(torch function, use)`` per translated API, each
+    with how it was handled and the program's lines that called the torch function."""
+    with _lock:
+        return sorted(((via, use) for (via, _), use in _via.items()),
+                      key=lambda vu: (vu[0], -vu[1].calls, vu[1].api))
 
 
 def add_section(name: str, counts: Callable[[], dict]) -> None:
@@ -225,5 +244,5 @@ def reset() -> None:
     with _lock:
         _quiet_calls = 0
         _uses.clear()
-        _by_torch.clear()
+        _via.clear()
         _logged_sites.clear()

@@ -39,7 +39,6 @@ import importlib.abc
 import os
 import sys
 import threading
-import warnings
 from typing import Any
 
 from ..hookspecs import hookimpl
@@ -296,8 +295,10 @@ def activate(patcher: Any, target: Any) -> None:
         try:
             collect()
         except Exception as exc:  # integrations are an extra: translation goes on without them
-            warnings.warn(f"torchdevice: framework integrations are off: {type(exc).__name__}: {exc}",
-                          RuntimeWarning, stacklevel=2)
+            from .. import trace
+
+            trace.warn(f"torchdevice: framework integrations are off: {type(exc).__name__}: {exc}",
+                       RuntimeWarning)
             return
         for state in _states.values():
             state.installed.clear()
