@@ -367,6 +367,29 @@ def _display_site(site: str, cwd: str) -> str:
     return f"{filename}:{line}"
 
 
+#: The questions "is there a device of this family?": answered "no" for every family but the source.
+_PROBES = ("is_available", "device_count")
+
+
+def _other_family_probe(api: str, target) -> str | None:
+    """The family of ``api`` when it is a device probe of a translated family other than the source
+    (``torch.xpu.is_available``, ``torch.backends.mps.is_available``), else None.
+
+    Such a probe is the program (or its framework) checking for hardware it was not written for; the
+    source-family rule answers no device, as the source machine would. The report counts these apart
+    (``other_family_probes``) rather than among the translated APIs the program used."""
+    parts = api.split(".")
+    if parts[0] != "torch" or parts[-1] not in _PROBES or len(parts) not in (3, 4):
+        return None
+    if len(parts) == 4 and parts[1] != "backends":
+        return None
+    family = parts[-2]
+    source = getattr(target, "source", None)
+    if source is None or family == source or family not in getattr(target, "sources", ()):
+        return None
+    return family
+
+
 def report_dict(target, command: list[str], module: bool, status: int, duration: float,
                 cwd: str | None = None) -> dict:
     """The report as a JSON-ready dict (see :func:`write_report`); sites are shown relative to ``cwd``."""
@@ -375,7 +398,12 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
     cwd = cwd or os.getcwd()
     apis = []
     by_status: dict[str, dict[str, int]] = {}
+    probes: dict[str, int] = {}
     for use in trace.report_data():
+        family = _other_family_probe(use.api, target)
+        if family is not None:
+            probes[family] = probes.get(family, 0) + use.calls
+            continue
         handled, note = _split_how(use.how)
         sites = [{"site": _display_site(site, cwd), "calls": n} for site, n in use.sites.most_common()]
         apis.append({"api": use.api, "handled": handled, "note": note, "calls": use.calls, "sites": sites})
@@ -394,6 +422,7 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         "total_calls": sum(a["calls"] for a in apis),
         "by_handling": by_status,
         "apis": apis,
+        "other_family_probes": dict(sorted(probes.items())),
         "note": "counts the torchdevice run process; child processes are not included",
     }
 
@@ -413,6 +442,10 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
     out.append(f"- Exit status: {data['exit_status']}")
     out.append(f"- Duration: {data['duration_s']:.2f} s")
     out.append(f"- Translated APIs called: {len(data['apis'])} ({data['total_calls']} calls)")
+    probes = data.get("other_family_probes")
+    if probes:
+        out.append(f"- Device probes of other families (answered: no device; only the source family "
+                   f"`{data['source']}` claims one): " + ", ".join(f"`{f}` {n}" for f, n in probes.items()))
     out.append(f"- torchdevice {data['torchdevice']}; {data['note']}")
     out.append("")
     if not data["apis"]:

@@ -38,35 +38,52 @@ class APIUse:
 
 _uses: dict[str, APIUse] = {}
 
-def _skip_prefixes() -> tuple[str, ...]:
+def _skip_prefixes() -> tuple[tuple[str, ...], str]:
+    """(the prefixes of frames that are no call site, torch's package directory)."""
     import runpy
 
     import torch
 
     here = os.path.dirname(os.path.abspath(__file__))
-    return (here + os.sep, os.path.dirname(torch.__file__) + os.sep, runpy.__file__, "<frozen ")
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    # "<torchdevice.": code torchdevice generates (torchdevice.boundary's split answers)
+    return (here + os.sep, torch_dir, runpy.__file__, "<frozen ", "<torchdevice."), torch_dir
 
 
 _SKIP: tuple[str, ...] = ()
+_OWN: tuple[str, ...] = ()  # torchdevice's own frames: the translation wrappers
+_TORCH = ""
 
 
-def _call_site(depth: int = 2) -> tuple[str, int]:
-    """The first frame outside torch and torchdevice: the user's line."""
-    global _SKIP
+def _call_site(depth: int = 2) -> tuple[str, int, bool]:
+    """The first frame outside torch and torchdevice (the user's line), and whether the translated
+    API was called by torch's own code (``torch.manual_seed`` seeding every family, ``fork_rng``)."""
+    global _SKIP, _OWN, _TORCH
     if not _SKIP:
-        _SKIP = _skip_prefixes()
+        _SKIP, _TORCH = _skip_prefixes()
+        _OWN = tuple(p for p in _SKIP if p != _TORCH)
     frame = sys._getframe(depth)
+    by_torch: bool | None = None
     while frame is not None:
         filename = frame.f_code.co_filename
+        if by_torch is None and not filename.startswith(_OWN):
+            by_torch = filename.startswith(_TORCH)
         if not filename.startswith(_SKIP):
-            return filename, frame.f_lineno
+            return filename, frame.f_lineno, bool(by_torch)
         frame = frame.f_back
-    return "<unknown>", 0
+    return "<unknown>", 0, bool(by_torch)
 
 
 def note(api: str, how: str) -> None:
-    """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``."""
-    filename, lineno = _call_site()
+    """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``.
+
+    A call torch's own code makes (``torch.manual_seed`` calls every family's ``manual_seed_all``,
+    ``torch.random.fork_rng`` their RNG state functions) is not the program's: neither counted nor
+    logged. The program's call of the torch function is what it wrote.
+    """
+    filename, lineno, by_torch = _call_site()
+    if by_torch:
+        return
     with _lock:
         if _report_on:
             use = _uses.get(api)
