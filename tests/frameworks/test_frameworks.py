@@ -6,14 +6,20 @@ lightning==2.6.6, accelerate==1.15.0 and transformers==5.23.0 (torch 2.13.0) and
 The scripts are in this directory; each writes what it saw as JSON. Every run is a subprocess
 (about 4-5 s each on the reference machine, 8-10 s for two DDP ranks).
 
-Two logical devices for ``devices=2`` come from ``TORCHDEVICE_DEVICE_COUNT=2`` (what
-``torchdevice run --devices 2`` exports); one case keeps ``LOCAL_WORLD_SIZE=2``, which launchers set.
+Where no native run with the same precision exists on a CPU (float16 mixed precision: Lightning's
+CPU accelerator runs ``16-mixed`` as bfloat16, accelerate and Trainer drop fp16 on a CPU), the
+reference is the script's ``--oracle`` mode: the same loop hand-ported to plain torch with
+``autocast("cpu", float16)`` and ``GradScaler("cpu")``, no framework, no torchdevice.
+
+Two logical devices for ``devices=2`` come from ``TORCHDEVICE_DEVICE_COUNT=2`` (or ``torchdevice run
+--devices 2``, which exports it); one case keeps a launcher's ``LOCAL_WORLD_SIZE=2``.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,11 +27,12 @@ from helpers import run_command
 
 HERE = Path(__file__).parent
 BACKEND = {"TORCHDEVICE_BACKEND": "cpu"}  # `run --backend cpu`: the CPU machine's expectations, even on a GPU runner
+TWO_DEVICES = {"TORCHDEVICE_DEVICE_COUNT": "2"}
 
 
-def translated(script: str, *args: str, env=None, timeout: float = 240):
-    return run_command([sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", str(HERE / script), *args],
-                       env=env, timeout=timeout)
+def translated(script: str, *args: str, env=None, run_args=(), timeout: float = 240):
+    return run_command([sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", *run_args, str(HERE / script),
+                        *args], env=env, timeout=timeout)
 
 
 def native(script: str, *args: str, env=None, timeout: float = 240):
@@ -43,24 +50,55 @@ def all_dtypes(seen) -> set[str]:
     return {s["dtype"] for s in seen}
 
 
+def assert_loads_natively(checkpoint: str, param_sum: float, step: int = 3) -> None:
+    """``checkpoint`` names nothing of torchdevice in its pickles and loads with plain ``torch.load``
+    (weights only, torchdevice not imported) into CPU tensors holding the trained weights."""
+    with zipfile.ZipFile(checkpoint) as archive:
+        pickles = [name for name in archive.namelist() if name.endswith(".pkl")]
+        assert pickles
+        for name in pickles:
+            assert b"torchdevice" not in archive.read(name) and b"Translated" not in archive.read(name)
+    code = ("import json, sys, torch\n"
+            "ck = torch.load(sys.argv[1], weights_only=True)\n"
+            "sd = ck['state_dict']\n"
+            "print(json.dumps({'devices': sorted({str(t.device) for t in sd.values()}),"
+            " 'sum': sum(float(t.double().sum()) for t in sd.values()), 'step': ck['global_step'],"
+            " 'torchdevice': 'torchdevice' in sys.modules}))\n")
+    loaded = last_json(run_command([sys.executable, "-c", code, checkpoint]))
+    assert loaded == {"devices": ["cpu"], "sum": pytest.approx(param_sum, abs=1e-9), "step": step, "torchdevice": False}
+
+
 # -- Lightning Trainer -----------------------------------------------------------------------
 
 
-def lightning_run(tmp_path, accelerator, devices, precision, *, run=translated, env=None) -> tuple[list[dict], object]:
-    out = tmp_path / f"{accelerator}-{devices}-{precision}-{run.__name__}"
+def lightning_run(tmp_path, accelerator, devices, precision, *, strategy="auto", run=translated, env=None, run_args=(),
+                  oracle=False) -> tuple[list[dict], object]:
+    out = tmp_path / f"{accelerator}-{devices}-{precision}-{strategy}-{run.__name__}"
     out.mkdir()
-    result = run("lightning_train.py", "--accelerator", accelerator, "--devices", str(devices),
-                 "--precision", precision, "--out", str(out), env=env)
+    args = ["--accelerator", accelerator, "--devices", str(devices), "--precision", precision, "--strategy", strategy,
+            "--out", str(out), *(["--oracle"] if oracle else [])]
+    result = run("lightning_train.py", *args, env=env, **({"run_args": run_args} if run_args else {}))
     assert result.returncode == 0, str(result)
     ranks = sorted(out.glob("rank*.json"))
     assert ranks, str(result)
-    return [json.loads(p.read_text()) for p in ranks], result
+    runs = [json.loads(p.read_text()) for p in ranks]
+    if (out / "checkpoint.json").exists():
+        runs[0]["saved"] = json.loads((out / "checkpoint.json").read_text())
+    return runs, result
 
 
 @pytest.fixture(scope="module")
 def lightning_native_bf16(tmp_path_factory):
     pytest.importorskip("lightning")
     runs, _ = lightning_run(tmp_path_factory.mktemp("native"), "cpu", 1, "bf16-mixed", run=native)
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def lightning_oracle_fp16(tmp_path_factory):
+    """The 16-mixed loop in plain torch: float16 autocast and GradScaler on the CPU (no Lightning)."""
+    pytest.importorskip("lightning")
+    runs, _ = lightning_run(tmp_path_factory.mktemp("oracle"), "cpu", 1, "16-mixed", run=native, oracle=True)
     return runs[0]
 
 
@@ -76,37 +114,28 @@ def test_lightning_single_device(tmp_path, accelerator, devices, lightning_nativ
     assert all_dtypes(run["seen"]) == {"torch.bfloat16"} and all(s["autocast_cuda"] for s in run["seen"])
     assert run["losses"] == lightning_native_bf16["losses"]
     assert run["param_sum"] == lightning_native_bf16["param_sum"]
+    assert all_dtypes(lightning_native_bf16["seen"]) == {"torch.bfloat16"}  # the reference ran bf16 too
 
 
-def test_lightning_16_mixed_is_float16_with_a_real_scaler(tmp_path):
+@pytest.mark.parametrize("accelerator", ["gpu", "cuda"])
+def test_lightning_16_mixed_is_float16_with_a_real_scaler(tmp_path, accelerator, lightning_oracle_fp16):
     """16-mixed: CUDA's float16 autocast and GradScaler, on the target (Lightning's own CPU path would
-    have switched to bf16)."""
-    pytest.importorskip("lightning")
-    (run,), _ = lightning_run(tmp_path, "gpu", 1, "16-mixed")
+    have switched to bf16), equal to the plain-torch float16 loop; the checkpoint, scaler state
+    included, loads natively."""
+    (run,), _ = lightning_run(tmp_path, accelerator, 1, "16-mixed")
+    assert run["accelerator"] == "TranslatedCUDAAccelerator" and run["precision_plugin"] == "MixedPrecision"
     assert all_dtypes(run["seen"]) == {"torch.float16"} and all(s["autocast_cuda"] for s in run["seen"])
     assert run["scaler_device"] == "cpu" and run["scaler_scale"] == 65536.0
-    (full,), _ = lightning_run(tmp_path, "gpu", 1, "32-true")
-    assert all_dtypes(full["seen"]) == {"torch.float32"} and full["losses"] != run["losses"]
-
-
-def test_lightning_checkpoint_loads_natively(tmp_path):
-    """The checkpoint a translated run saves loads with plain torch.load (no torchdevice, weights_only)."""
-    pytest.importorskip("lightning")
-    (run,), _ = lightning_run(tmp_path, "cuda", 1, "32-true")
-    code = ("import json, sys, torch\n"
-            "ck = torch.load(sys.argv[1])\n"
-            "sd = ck['state_dict']\n"
-            "print(json.dumps({'devices': sorted({str(t.device) for t in sd.values()}),"
-            " 'sum': sum(float(t.double().sum()) for t in sd.values()), 'step': ck['global_step'],"
-            " 'torchdevice': 'torchdevice' in sys.modules}))\n")
-    result = run_command([sys.executable, "-c", code, run["checkpoint"]])
-    loaded = last_json(result)
-    assert loaded == {"devices": ["cpu"], "sum": pytest.approx(run["param_sum"], abs=1e-9), "step": 3,
-                      "torchdevice": False}
+    assert all_dtypes(lightning_oracle_fp16["seen"]) == {"torch.float16"}
+    assert run["losses"] == lightning_oracle_fp16["losses"]
+    assert run["param_sum"] == lightning_oracle_fp16["param_sum"]
+    assert_loads_natively(run["saved"]["checkpoint"], run["saved"]["param_sum"])
 
 
 @pytest.mark.parametrize("capability, hint", [("8.0", True), ("7.5", False)])
 def test_lightning_matmul_precision_hint_follows_translated_capability(tmp_path, capability, hint):
+    """CUDA's accelerator suggests torch.set_float32_matmul_precision on an Ampere-class GPU: asked of
+    the translated capability (TORCHDEVICE_CAPABILITY)."""
     pytest.importorskip("lightning")
     _, result = lightning_run(tmp_path, "gpu", 1, "32-true", env={"TORCHDEVICE_CAPABILITY": capability})
     assert ("torch.set_float32_matmul_precision" in result.stdout + result.stderr) is hint
@@ -114,32 +143,44 @@ def test_lightning_matmul_precision_hint_follows_translated_capability(tmp_path,
     assert "used: True (translated by torchdevice" in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("accelerator, devices, env", [
-    ("gpu", "2", {"TORCHDEVICE_DEVICE_COUNT": "2"}),
-    ("cuda", "2", {"TORCHDEVICE_DEVICE_COUNT": "2"}),
-    ("auto", "auto", {"TORCHDEVICE_DEVICE_COUNT": "2"}),
-    ("gpu", "2", {"LOCAL_WORLD_SIZE": "2"}),
-], ids=["gpu-2", "cuda-2", "auto-auto", "gpu-2-local-world-size"])
-def test_lightning_ddp_two_devices(tmp_path, accelerator, devices, env, lightning_native_bf16):
-    """devices=2 (or auto, with two logical devices): DDP on the backend's engine, two ranks."""
-    runs, _ = lightning_run(tmp_path, accelerator, devices, "bf16-mixed", env=env)
-    assert [r["rank"] for r in runs] == [0, 1]
-    for run in runs:
-        assert run["strategy"] == "DDPStrategy" and run["world_size"] == 2
-        assert run["accelerator"] == "TranslatedCUDAAccelerator"
-        assert run["process_group_backend"] == "gloo"  # torchdevice.dist_backend() on the cpu backend
-        assert all_dtypes(run["seen"]) == {"torch.bfloat16"}
-    assert runs[0]["param_sum"] == runs[1]["param_sum"]  # DDP kept the replicas equal
-
-
-def test_lightning_ddp_zero_code(tmp_path):
-    """The README's zero-code line: `TORCHDEVICE_BACKEND=cpu TORCHDEVICE_DEVICE_COUNT=2 python script.py`."""
+@pytest.fixture(scope="module")
+def lightning_native_ddp(tmp_path_factory):
+    """Lightning's own CPU DDP (accelerator="cpu", devices=2, gloo): the native reference."""
     pytest.importorskip("lightning")
-    runs, _ = lightning_run(tmp_path, "gpu", "2", "32-true", run=native,
-                            env={"TORCHDEVICE_BACKEND": "cpu", "TORCHDEVICE_DEVICE_COUNT": "2"})
+    runs, _ = lightning_run(tmp_path_factory.mktemp("native-ddp"), "cpu", 2, "bf16-mixed", run=native)
+    assert [r["strategy"] for r in runs] == ["DDPStrategy"] * 2
+    return runs
+
+
+DDP_CASES = {
+    # id: (accelerator, devices, strategy, environment, torchdevice run's arguments)
+    "gpu-2-ddp-DEVICE_COUNT": ("gpu", "2", "ddp", TWO_DEVICES, ()),
+    "cuda-2-run--devices": ("cuda", "2", "auto", None, ("--devices", "2")),
+    "auto-auto-LOCAL_WORLD_SIZE": ("auto", "auto", "auto", {"LOCAL_WORLD_SIZE": "2"}, ()),
+    "cuda-2-ddp_spawn-DEVICE_COUNT": ("cuda", "2", "ddp_spawn", TWO_DEVICES, ()),
+}
+
+
+@pytest.mark.parametrize("case", list(DDP_CASES))
+def test_lightning_ddp_two_devices(tmp_path, case, lightning_native_ddp):
+    """Two logical devices: DDP on the backend's engine, two ranks each seeing two CUDA devices, equal
+    to Lightning's native CPU DDP rank by rank; the checkpoint loads natively."""
+    accelerator, devices, strategy, env, run_args = DDP_CASES[case]
+    runs, _ = lightning_run(tmp_path, accelerator, devices, "bf16-mixed", strategy=strategy, env=env, run_args=run_args)
     assert [r["rank"] for r in runs] == [0, 1]
-    assert all(r["strategy"] == "DDPStrategy" and r["accelerator"] == "TranslatedCUDAAccelerator" for r in runs)
-    assert runs[0]["param_sum"] == runs[1]["param_sum"]
+    for run, reference in zip(runs, lightning_native_ddp):
+        assert run["strategy"] == "DDPStrategy" and run["world_size"] == 2 and run["num_devices"] == 2
+        assert run["accelerator"] == "TranslatedCUDAAccelerator" and run["device_count"] == 2
+        assert run["process_group_backend"] == "gloo"  # torchdevice.dist_backend() on the cpu backend
+        assert all_dtypes(run["seen"]) == {"torch.bfloat16"} and all(s["autocast_cuda"] for s in run["seen"])
+        assert run["losses"] == reference["losses"] and run["param_sum"] == reference["param_sum"]
+    assert runs[0]["losses"] != runs[1]["losses"]  # each rank trained on its own half of the data
+    assert runs[0]["param_sum"] == runs[1]["param_sum"]  # DDP kept the replicas equal
+    saved = runs[0]["saved"]
+    assert saved["param_sum"] == runs[0]["param_sum"]  # with ddp_spawn: the weights the main process got back
+    # ddp_spawn hands the weights back to the main process, not the loop's step count (Lightning's own behaviour)
+    assert saved["global_step"] == (0 if strategy == "ddp_spawn" else 3)
+    assert_loads_natively(saved["checkpoint"], saved["param_sum"], saved["global_step"])
 
 
 def test_lightning_more_devices_than_the_target_has_is_lightnings_error(tmp_path):
@@ -171,7 +212,29 @@ def test_fabric(precision, dtype):
     assert all_dtypes(run["seen"]) == {dtype} and all(s["autocast_cuda"] for s in run["seen"])
     if precision == "bf16-mixed":
         reference = last_json(native("fabric_train.py", "--accelerator", "cpu", "--precision", precision))
+        assert all_dtypes(reference["seen"]) == {dtype}
         assert run["losses"] == reference["losses"]
+
+
+def test_fabric_ddp_two_devices(tmp_path):
+    """Fabric(devices=2) with TORCHDEVICE_DEVICE_COUNT=2: two ranks on the backend's engine, equal to
+    Fabric's native CPU DDP."""
+    pytest.importorskip("lightning")
+
+    def ranks(run, accelerator, out, env=None):
+        out.mkdir()
+        result = run("fabric_train.py", "--accelerator", accelerator, "--devices", "2", "--precision", "bf16-mixed",
+                     "--out", str(out), env=env)
+        assert result.returncode == 0, str(result)
+        return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+    runs = ranks(translated, "gpu", tmp_path / "translated", TWO_DEVICES)
+    reference = ranks(native, "cpu", tmp_path / "native")
+    assert [r["rank"] for r in runs] == [0, 1] == [r["rank"] for r in reference]
+    for run, ref in zip(runs, reference):
+        assert run["accelerator"] == "TranslatedCUDAAccelerator" and run["strategy"] == ref["strategy"] == "DDPStrategy"
+        assert run["world_size"] == 2 and all_dtypes(run["seen"]) == {"torch.bfloat16"}
+        assert run["losses"] == ref["losses"]
 
 
 # -- accelerate -----------------------------------------------------------------------------------
@@ -211,21 +274,36 @@ def test_trainer_bf16_equals_native_cpu():
     assert run["losses"] == reference["losses"]
 
 
-def test_trainer_fp16_runs_float16_autocast_and_scaling(tmp_path):
-    """fp16=True: Trainer's CUDA path (no torch.xpu / torch.mps call in the report), float16 autocast
-    and a GradScaler on the target."""
+def test_trainer_fp16_runs_float16_autocast_and_scaling_on_its_cuda_path(tmp_path):
+    """TrainingArguments(fp16=True): the Trainer's CUDA path (cuda:0, one GPU, accelerate's native AMP),
+    float16 autocast and a real GradScaler on the target; the report names no torch.xpu function."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    report = tmp_path / "report.json"
-    result = run_command([sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", "--report", str(report),
-                          str(HERE / "hf_trainer.py"), "fp16"], timeout=240)
-    run = last_json(result)
-    assert run["n_gpu"] == 1 and run["native_amp"] and run["scaler_device"] == "cpu"
+    report = tmp_path / "calls.json"
+    run = last_json(translated("hf_trainer.py", "fp16", run_args=("--report", str(report))))
+    assert run["n_gpu"] == 1 and run["device"] == "cpu" and run["native_amp"] and run["scaler_device"] == "cpu"
     assert all_dtypes(run["seen"]) == {"torch.float16"} and all(s["autocast_cuda"] for s in run["seen"])
-    called = json.loads(report.read_text())
-    text = json.dumps(called)
-    assert "torch.cuda." in text  # the report did record the program's CUDA calls
-    assert "torch.xpu." not in text and "torch.mps." not in text, text
+    data = json.loads(report.read_text())
+    apis = {a["api"]: a for a in data["apis"]}
+    assert not [api for api in apis if "xpu" in api], apis  # not its XPU branch (torch.xpu.set_device ...)
+    assert set(data["other_family_probes"]) <= {"mps", "xpu", "mtia"}  # it asked, and was told: no device
+    cuda_sites = {s["site"].split("site-packages/")[-1] for s in apis["torch.cuda.is_available"]["sites"]}
+    assert any(site.startswith("transformers/") for site in cuda_sites), cuda_sites
+    assert apis["torch.amp.GradScaler"]["handled"] == "translated"
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_trainer_mixed_precision_equals_the_plain_torch_loop(precision):
+    """SGD, constant learning rate, no clipping, batches in order: the translated Trainer's numbers equal
+    the plain-torch CPU loop with autocast("cpu", dtype) (and GradScaler for fp16) exactly."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    run = last_json(translated("hf_trainer.py", precision, "--plain"))
+    oracle = last_json(native("hf_trainer.py", precision, "--plain", "--oracle"))
+    dtype = {"fp16": "torch.float16", "bf16": "torch.bfloat16"}[precision]
+    assert all_dtypes(run["seen"]) == all_dtypes(oracle["seen"]) == {dtype}
+    assert run["losses"] == oracle["losses"] and run["param_sum"] == oracle["param_sum"]
+    assert run["scaler_scale"] == oracle["scaler_scale"] == (65536.0 if precision == "fp16" else None)
 
 
 def test_trainer_tf32_is_answered_from_the_translated_capability():

@@ -110,13 +110,51 @@ def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) 
     return TranslatedCUDAAccelerator
 
 
+_PACKAGES = ("lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
+_classes: dict[str, tuple[tuple, type]] = {}  # package -> (the target it was made for, its accelerator class)
+
+
+def _class_name(pkg: str) -> str:
+    """The module attribute naming ``pkg``'s translated accelerator class (what a pickle refers to)."""
+    return "TranslatedCUDAAccelerator_" + pkg.replace(".", "_")
+
+
+def accelerator_class(pkg: str, target: Any) -> type:
+    """The translated accelerator class of Lightning package ``pkg`` (``"lightning.pytorch"``...) for
+    ``target``: one class per package and target, reachable as a module attribute so that a Trainer
+    or Fabric holding one pickles (``strategy="ddp_spawn"``) and unpickles in the spawned process."""
+    key = (target.backend, target.device_type, target.indexed)
+    cached = _classes.get(pkg)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    _, fabric_pkg = _packages(pkg + ".")
+    accelerators = importlib.import_module(pkg + ".accelerators")
+    base = accelerators.MPSAccelerator if target.device_type == "mps" else accelerators.CPUAccelerator
+    fabric_cuda = importlib.import_module(fabric_pkg + ".accelerators.cuda")
+    cls = make_accelerator(base, accelerators.CUDAAccelerator, fabric_cuda, target)
+    cls.__qualname__ = _class_name(pkg)  # __name__ stays TranslatedCUDAAccelerator
+    _classes[pkg] = (key, cls)
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    """The accelerator classes by their pickled names, made on demand (a spawned process unpickling)."""
+    for pkg in _PACKAGES:
+        if name == _class_name(pkg):
+            from .. import translate
+
+            target = translate.target()
+            if target is None:
+                raise AttributeError(f"{__name__}.{name}: a Lightning accelerator translated by torchdevice cannot "
+                                     "be unpickled while translation is off (run the program with torchdevice run)")
+            return accelerator_class(pkg, target)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class LightningIntegration(Integration):
     name = "lightning"
     framework = "PyTorch Lightning and Fabric (lightning, pytorch_lightning, lightning_fabric)"
     modules = _PL_CONNECTORS + _FABRIC_CONNECTORS + _SETUPS
-
-    def __init__(self) -> None:
-        self.accelerators: dict[str, type] = {}  # package -> its translated accelerator class
 
     def install(self, patcher: Any, target: Any, module: Any) -> None:
         if "cuda" not in target.sources:
@@ -126,19 +164,11 @@ class LightningIntegration(Integration):
         else:
             self._install_connector(patcher, target, module)
 
-    def _accelerator(self, pkg: str, fabric_pkg: str, target: Any) -> type:
-        if pkg not in self.accelerators:
-            accelerators = importlib.import_module(pkg + ".accelerators")
-            base = accelerators.MPSAccelerator if target.device_type == "mps" else accelerators.CPUAccelerator
-            fabric_cuda = importlib.import_module(fabric_pkg + ".accelerators.cuda")
-            self.accelerators[pkg] = make_accelerator(base, accelerators.CUDAAccelerator, fabric_cuda, target)
-        return self.accelerators[pkg]
-
     def _install_connector(self, patcher: Any, target: Any, module: Any) -> None:
-        pkg, fabric_pkg = _packages(module.__name__)
+        pkg, _ = _packages(module.__name__)
         connector = module._AcceleratorConnector if hasattr(module, "_AcceleratorConnector") else module._Connector
         cuda_cls = module.CUDAAccelerator
-        translated = self._accelerator(pkg, fabric_pkg, target)
+        translated = accelerator_class(pkg, target)
         single_device = module.SingleDeviceStrategy
 
         orig_init_acc = patcher.get(connector, "_set_parallel_devices_and_init_accelerator")
@@ -176,8 +206,8 @@ class LightningIntegration(Integration):
             patcher.set(connector, name, fn)
 
     def _install_setup(self, patcher: Any, target: Any, module: Any) -> None:
-        pkg, fabric_pkg = _packages(module.__name__)
-        translated = self._accelerator(pkg, fabric_pkg, target)
+        pkg, _ = _packages(module.__name__)
+        translated = accelerator_class(pkg, target)
         orig = patcher.get(module, "_log_device_info")
         rank_zero_info = module.rank_zero_info
         xla = module.XLAAccelerator

@@ -348,3 +348,35 @@ def test_fallbacks_are_listed_by_the_run_report(tmp_path):
     subprocess.run([sys.executable, "-m", "torchdevice", "run", "--backend", "mlx", "--report", str(md),
                     str(script)], capture_output=True, text=True, timeout=300, check=True)
     assert "`aten.avg_pool2d.default` | 3 |" in md.read_text()
+
+
+def test_module_move_keeps_tied_weights_and_parameter_attributes(mlx_cuda):
+    """nanoGPT ties wte.weight to lm_head.weight: the move must keep one parameter (it made two, and the
+    GPT's losses drifted from native after the first step)."""
+    emb, head = nn.Embedding(10, 4), nn.Linear(4, 10, bias=False)
+    emb.weight = head.weight
+    head.weight.no_decay = True
+    model = nn.ModuleDict({"emb": emb, "head": head}).cuda()
+    assert model["emb"].weight is model["head"].weight
+    assert isinstance(model["emb"].weight, MLXTensor) and model["emb"].weight.no_decay
+    assert len(list(model.parameters())) == 1
+
+
+def test_to_with_copy_returns_a_copy(mlx_cuda):
+    x = torch.ones(3, device="cuda")
+    for y in (x.to(torch.float32, copy=True), x.to(dtype=torch.float32, copy=True), x.to(torch.float32, False, True)):
+        assert y is not x and isinstance(y, MLXTensor)
+        y.add_(1)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_lazy_writes_are_counted_by_memory_allocated(mlx_cuda):
+    """MLX computes lazily; torch.cuda.memory_allocated() evaluates pending tensors, as CUDA counts a
+    tensor once its kernel is launched (the fill used to be unevaluated: the figure moved by 4 bytes)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    x = torch.empty(64 * MIB // 4, device="cuda")
+    x.fill_(2.0)
+    y = x * 3
+    assert torch.cuda.memory_allocated() - before >= 2 * 64 * MIB
+    del x, y
