@@ -367,6 +367,31 @@ def _display_site(site: str, cwd: str) -> str:
     return f"{filename}:{line}"
 
 
+_PROBES = ("is_available", "device_count", "is_initialized")
+_BACKEND_PROBES = ("is_available", "is_built")
+
+
+def _other_family_probe(api: str, target) -> str | None:
+    """The family ``api`` probes for a device when that family is translated but not the source
+    (``torch.xpu.is_available`` in a CUDA program: ``"xpu"``), else None."""
+    parts = api.split(".")
+    if len(parts) == 3 and parts[0] == "torch" and parts[2] in _PROBES:
+        family = parts[1]
+    elif len(parts) == 4 and parts[:2] == ["torch", "backends"] and parts[3] in _BACKEND_PROBES:
+        family = parts[2]
+    else:
+        return None
+    return family if family in target.sources and family != target.source else None
+
+
+def _probes_per_family(calls: dict[str, int], target) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for api, n in calls.items():
+        family = _other_family_probe(api, target) or api.split(".")[-2]
+        found[family] = found.get(family, 0) + n
+    return dict(sorted(found.items()))
+
+
 def _api_entry(use, cwd: str, via: str | None = None) -> dict:
     handled, note = _split_how(use.how)
     sites = [{"site": _display_site(site, cwd), "calls": n} for site, n in use.sites.most_common()]
@@ -407,8 +432,8 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         # the same calls one by one: each inner API with its real handling, and the program's lines that
         # called the torch function ("torch.mps.manual_seed via torch.manual_seed at prog.py:3")
         "made_by_torch_apis": via_torch,
-        # availability probes of the families the program is not written for, answered "not here"
-        "other_family_probes": trace.other_family_probes(),
+        # availability probes of the families the program is not written for, answered "not here", per family
+        "other_family_probes": _probes_per_family(trace.other_family_probe_calls(), target),
         # what plugins count themselves (the mlx plugin: ATen ops that fell back to torch on the host)
         "sections": trace.sections(),
         "note": "counts the torchdevice run process; child processes are not included",
@@ -431,6 +456,10 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
     out.append(f"- Duration: {data['duration_s']:.2f} s")
     out.append(f"- Translated APIs called: {len(data['apis'])} ({data['total_calls']} calls)")
     out.append(f"- torchdevice {data['torchdevice']}; {data['note']}")
+    if data.get("other_family_probes"):
+        out.append(f"- Device probes of other families (answered: no device; only the source family "
+                   f"`{data.get('source')}` claims one): "
+                   + ", ".join(f"`{_md_cell(f)}` {n}" for f, n in data["other_family_probes"].items()))
     if data.get("made_by_torch"):
         out.append("- Translated calls torch made on the program's behalf (listed apart, last): "
                    + ", ".join(f"{n} by `{_md_cell(f)}`" for f, n in data["made_by_torch"].items()))

@@ -53,7 +53,7 @@ _via: dict[tuple[str, str], APIUse] = {}
 #: the source is cuda): they answer as a machine without that family would, torch's own answer here,
 #: so they are counted (:func:`other_family_probes`) but not listed as translated APIs
 quiet: frozenset[str] = frozenset()
-_quiet_calls = 0
+_quiet_calls: Counter = Counter()  # api -> calls, of the APIs in :data:`quiet`
 _sections: dict[str, Callable[[], dict]] = {}
 
 def _skip_prefixes() -> tuple[str, ...]:
@@ -123,13 +123,12 @@ def _torch_name(frame: FrameType) -> str:
 
 def note(api: str, how: str) -> None:
     """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``."""
-    global _quiet_calls
     filename, lineno, through = _call_site()
     via = _torch_name(through) if through is not None else None
     with _lock:
         if _report_on:
             if api in quiet:
-                _quiet_calls += 1
+                _quiet_calls[api] += 1
             elif via is not None:
                 use = _via.get((via, api))
                 if use is None:
@@ -236,13 +235,19 @@ def sections() -> dict[str, dict]:
 
 def other_family_probes() -> int:
     """How many availability probes of families other than the source the program made (see :data:`quiet`)."""
-    return _quiet_calls
+    with _lock:
+        return sum(_quiet_calls.values())
+
+
+def other_family_probe_calls() -> dict[str, int]:
+    """The probes :func:`other_family_probes` counts, per API (``{"torch.xpu.is_available": 2}``)."""
+    with _lock:
+        return dict(_quiet_calls)
 
 
 def reset() -> None:
-    global _quiet_calls
     with _lock:
-        _quiet_calls = 0
+        _quiet_calls.clear()
         _uses.clear()
         _via.clear()
         _logged_sites.clear()
