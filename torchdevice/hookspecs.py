@@ -5,7 +5,7 @@ A plugin is any object or module registered under the entry-point group
 implements some of the hooks below with ``@torchdevice.hookimpl``; most plugins
 subclass :class:`torchdevice.backend.Backend`, which implements all of them.
 
-Five families, as in the design card:
+Five families, one hook each (the operation families of :mod:`torchdevice.backend`):
 
 * device discovery: :func:`torchdevice_backends`, :func:`torchdevice_availability`,
   :func:`torchdevice_device_count`, :func:`torchdevice_device_properties`;
