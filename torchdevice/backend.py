@@ -491,8 +491,8 @@ class CollectiveOps(Ops):
     every device argument arrives resolved to a valid ``int`` index of this
     backend (``-1``: host memory, for ``gather``'s destination), and
     exactly one of ``devices`` and ``out`` is given where both exist.
-    :class:`torchdevice.comm.DeviceComm` implements all six with torch
-    operations for any device type; :class:`torchdevice.comm.NativeCUDAComm`
+    :class:`torchdevice.collectives.DeviceComm` implements all six with torch
+    operations for any device type; :class:`torchdevice.collectives.NativeCUDAComm`
     passes them through to ``torch.cuda.comm``.
     """
 

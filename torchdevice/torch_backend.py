@@ -56,7 +56,7 @@ from .backend import (
     translated,
     unsupported,
 )
-from .comm import DeviceComm
+from .collectives import DeviceComm
 from .errors import UnsupportedError
 
 __all__ = [
@@ -325,7 +325,7 @@ class TorchRNG(TorchOps, RNGOps):
 
 class TorchCollectives(DeviceComm):
     """Collectives family: ``torch.cuda.comm``'s six done with torch operations on the
-    namespace's device type (:class:`torchdevice.comm.DeviceComm`), and the
+    namespace's device type (:class:`torchdevice.collectives.DeviceComm`), and the
     ``torch.distributed`` engine that carries its tensors."""
 
     def __init__(self, backend: str, device_type: str, dist_backend: str | None):
