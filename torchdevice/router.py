@@ -117,6 +117,9 @@ def on_change(listener: Callable[[], None]) -> None:
     _listeners.append(listener)
 
 
+plugins.on_change(invalidate)  # a new plugin set invalidates every cached hook result
+
+
 _priority_error: ConfigError | None = None  # a malformed TORCHDEVICE_PRIORITY, raised only by automatic selection
 
 
