@@ -14,7 +14,7 @@ import torch
 
 from . import router
 from .backend import DeviceProperties
-from .streams import parse_index
+from .vocabulary import parse_index
 
 active = router.active
 

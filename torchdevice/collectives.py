@@ -27,11 +27,9 @@ from torch._utils import (
 )
 
 from .backend import CollectiveOps, emulated, native
+from .vocabulary import RealDevice as _Device
 
 __all__ = ["DeviceComm", "NativeCUDAComm", "HOST"]
-
-# The real device class: torch.device may be a translating stand-in while patched.
-_Device = type(torch.empty(0).device)
 
 HOST = -1  #: destination index meaning host memory (``gather(..., destination=-1 or "cpu")``)
 

@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import warnings
 
-import torch
 from torch._utils import _handle_complex
 
 from . import router
 from .backend import Status, status_of
 from .collectives import _DEFAULT_BUFFER, HOST, DeviceComm, NativeCUDAComm
 from .errors import InvalidDeviceError
+from .vocabulary import SOURCE_FAMILIES
+from .vocabulary import RealDevice as _Device
 
 __all__ = [
     "broadcast",
@@ -68,11 +69,6 @@ __all__ = [
 #: The functions of ``torch.cuda.comm`` this module provides.
 FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")
 
-#: Device types whose code torchdevice translates (see torchdevice.translate.SOURCE_TYPES).
-_SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
-
-# The real device class: torch.device may be a translating stand-in while patched.
-_Device = type(torch.empty(0).device)
 
 
 # -- resolving device arguments -----------------------------------------------------------
@@ -114,7 +110,7 @@ def _resolve(device, backend, *, optional: bool = False, allow_host: bool = Fals
         if dev.type == "cpu" and own == "cpu" and dev.index is None:
             # the host is this backend's device 0 (translated "cuda:0" arrives as plain "cpu")
             return HOST if allow_host else 0
-        if dev.type not in _SOURCE_TYPES and dev.type != own:
+        if dev.type not in SOURCE_FAMILIES and dev.type != own:
             raise ValueError(
                 f"device {dev} is not a device of torchdevice backend {name!r} (device type {own!r})"
             )

@@ -68,11 +68,10 @@ import torch
 from . import router
 from .backend import Status
 from .errors import InvalidDeviceError, UnsupportedError
+from .vocabulary import SOURCE_FAMILIES
+from .vocabulary import RealDevice as _Device
 
-#: Device types whose code torchdevice translates (torchdevice.translate.SOURCE_TYPES).
-SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
-
-_Device = type(torch.empty(0).device)  # the real class, even while torch.device is a stand-in
+SOURCE_TYPES = SOURCE_FAMILIES  # its old name here
 
 #: The ``torch.distributed`` functions of the seed catalog, all of which :func:`status` answers for.
 CATALOG = (
@@ -203,7 +202,7 @@ def status(name: str) -> tuple[Status, str]:
     active = router.active()
     eng = active.collectives.dist_backend
     device_type = active.device_type
-    sources = [s for s in SOURCE_TYPES if s != device_type]
+    sources = [s for s in SOURCE_FAMILIES if s != device_type]
     foreign = sorted(_foreign_engines(device_type, sources))
     if short in _LOCAL:
         return Status.NATIVE, _LOCAL[short]

@@ -89,14 +89,15 @@ from . import boundary, router
 from . import trace as _trace
 from .backend import STATUS_ATTR, Status, status_of
 from .errors import InvalidDeviceError, UnsupportedError
-from .streams import HostEvent, HostStream, index_in, parse_index
+from .streams import HostEvent, HostStream
+from .vocabulary import SOURCE_FAMILIES, optional_index, parse_index
 
 NATIVE, TRANSLATED, EMULATED, NOOP, UNSUPPORTED = (
     Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, Status.UNSUPPORTED,
 )
 
-#: The namespaces torchdevice fronts, by device type.
-NAMESPACES = ("cuda", "mps", "xpu", "mtia")
+#: The namespaces torchdevice fronts, by device type: one per source family.
+NAMESPACES = SOURCE_FAMILIES
 
 #: Submodules that re-export namespace functions; patched alongside the namespace.
 SUBMODULES = {
@@ -105,8 +106,6 @@ SUBMODULES = {
     "xpu": ("memory", "random", "streams"),
     "mtia": ("memory",),
 }
-
-_DeviceClass = torch.device  # bound at import, before any translation patch
 
 
 # -- a backend as the facade sees it -----------------------------------------------------
@@ -363,14 +362,7 @@ class _Facade:
 
 def _optional_index(fx: _Facade, device) -> int:
     """CUDA's ``_get_device_index(device, optional=True)``: -1 for None/negative, else the index."""
-    if device is None:
-        return -1
-    if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    if isinstance(device, str) or isinstance(device, _DeviceClass) or hasattr(device, "index"):
-        named = index_in(device)
-        return fx.current() if named is None else named
-    raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device!r}")
+    return optional_index(device, fx.current)
 
 
 # ---- devices ----

@@ -35,9 +35,9 @@ from typing import Iterator, NamedTuple
 from . import boundary, router
 from ._patching import Patcher
 from .errors import ConfigError
+from .vocabulary import SOURCE_FAMILIES
 
-#: Device types whose code torchdevice translates.
-SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
+SOURCE_TYPES = SOURCE_FAMILIES  # its old name here: the families whose code torchdevice translates
 
 #: Installer modules, in order. Each has ``install(patcher, target)``.
 INSTALLERS = (
@@ -96,8 +96,8 @@ def _report_available_default() -> bool:
 def check_source(value, origin: str = "source") -> str:
     """``value`` as a source family (``cuda``, ``mps``, ``xpu``, ``mtia``; any case), or :class:`ConfigError`."""
     name = value.strip().lower() if isinstance(value, str) else value
-    if name not in SOURCE_TYPES:
-        raise ConfigError(origin, value, f"the source family must be one of {', '.join(SOURCE_TYPES)}")
+    if name not in SOURCE_FAMILIES:
+        raise ConfigError(origin, value, f"the source family must be one of {', '.join(SOURCE_FAMILIES)}")
     return name
 
 
@@ -112,7 +112,7 @@ def make_target(report_available: bool | None = None, source: str | None = None)
     backend = router.active()
     if report_available is None:
         report_available = _report_available_default()
-    sources = frozenset(t for t in SOURCE_TYPES if t != backend.device_type)
+    sources = frozenset(t for t in SOURCE_FAMILIES if t != backend.device_type)
     return Target(backend.name, backend.device_type, backend.device_count, sources, report_available, source)
 
 
