@@ -483,7 +483,11 @@ class CollectiveOps(Ops):
     ``dist_backend`` names the ``torch.distributed`` engine that carries this
     backend's tensors across processes (``"gloo"``, ``"nccl"``, ``"xccl"`` ...;
     ``None`` when there is none); ``torchdevice.dist_backend()`` returns it.
-    The router never maps backends to engines itself:
+    It is read from this object only: declare it as a class attribute of
+    your subclass (``dist_backend = "nccl"``); a
+    :class:`~torchdevice.torch_backend.TorchNamespaceBackend` hands its own
+    ``dist_backend`` to the collectives object it builds. The router never
+    maps backends to engines itself:
     :mod:`torchdevice.distributed` asks this object.
 
     The operations are ``torch.cuda.comm``'s single-process, multi-device
@@ -497,7 +501,7 @@ class CollectiveOps(Ops):
     """
 
     family = "collectives"
-    dist_backend: ClassVar[str | None] = None
+    dist_backend: str | None = None
 
     @unsupported_by_default
     def broadcast(

@@ -40,7 +40,6 @@ class CudaBackend(TorchNamespaceBackend):
     description = "NVIDIA CUDA / AMD ROCm GPUs through torch.cuda"
     namespace = "cuda"
     label = "CUDA"
-    dist_backend = "nccl"
 
     def availability(self) -> Availability:
         found = super().availability()
