@@ -1,0 +1,201 @@
+"""``torch.<ns>`` memory functions: the allocator's figures, empty_cache, the memory fraction."""
+from __future__ import annotations
+
+import warnings
+
+from .rules import NOOP, UNSUPPORTED, declared, op_rule, optional_op, when_op
+from .table import _spec, _unsupported
+
+
+def _device_op(family: str, op: str):
+    def build(fx, ns, name):
+        fn, index = getattr(getattr(fx, family), op), fx.index
+
+        def impl(device=None):
+            return fn(index(device))
+
+        impl.__name__ = impl.__qualname__ = name
+        return impl
+
+    return build
+
+
+for _name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+              "reset_peak_memory_stats", "reset_accumulated_memory_stats", "memory_stats", "mem_get_info",
+              "get_per_process_memory_fraction"):
+    _spec(_name, op_rule("memory", _name))(_device_op("memory", _name))
+
+_DEPRECATED = {
+    "memory_cached": ("memory_reserved", "`torch.{ns}.memory_cached` has been renamed to `torch.{ns}.memory_reserved`"),
+    "max_memory_cached": ("max_memory_reserved",
+                          "`torch.{ns}.max_memory_cached` has been renamed to `torch.{ns}.max_memory_reserved`"),
+    "reset_max_memory_allocated": ("reset_peak_memory_stats",
+                                   "torch.{ns}.reset_max_memory_allocated now calls torch.{ns}.reset_peak_memory_stats, "
+                                   "which resets /all/ peak memory stats."),
+    "reset_max_memory_cached": ("reset_peak_memory_stats",
+                                "torch.{ns}.reset_max_memory_cached now calls torch.{ns}.reset_peak_memory_stats, "
+                                "which resets /all/ peak memory stats."),
+}
+
+
+def _deprecated_alias(target: str, message: str):
+    def build(fx, ns, name):
+        fn, index, text = getattr(fx.memory, target), fx.index, message.format(ns=ns)
+
+        def impl(device=None):
+            warnings.warn(text, FutureWarning, stacklevel=3)
+            return fn(index(device))
+
+        impl.__name__ = impl.__qualname__ = name
+        return impl
+
+    return build
+
+
+for _name, (_target, _message) in _DEPRECATED.items():
+    _spec(_name, op_rule("memory", _target, how=f"deprecated alias of {_target} (FutureWarning, as torch)"))(
+        _deprecated_alias(_target, _message))
+
+
+@_spec("empty_cache", op_rule("memory", "empty_cache"))
+def _b_empty_cache(fx, ns, name):
+    fn = fx.memory.empty_cache
+
+    def empty_cache() -> None:
+        fn()
+
+    return empty_cache
+
+
+@_spec("set_per_process_memory_fraction", op_rule("memory", "set_per_process_memory_fraction"))
+def _b_set_fraction(fx, ns, name):
+    fn, index = fx.memory.set_per_process_memory_fraction, fx.index
+
+    def set_per_process_memory_fraction(fraction, device=None) -> None:
+        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        fn(float(fraction), index(device))
+
+    return set_per_process_memory_fraction
+
+
+def _mem_alias(target: str):
+    def build(fx, ns, name):
+        fn, current = getattr(fx.memory, target), fx.current
+
+        def impl() -> int:
+            return fn(current())
+
+        impl.__name__ = impl.__qualname__ = name
+        return impl
+
+    return build
+
+
+# torch.mps's names for the current device's figures
+_spec("current_allocated_memory", op_rule("memory", "memory_allocated", how="memory_allocated() of the current device"))(
+    _mem_alias("memory_allocated"))
+_spec("driver_allocated_memory", op_rule("memory", "memory_reserved", how="memory_reserved() of the current device"))(
+    _mem_alias("memory_reserved"))
+
+
+def _nest(stats: dict) -> dict:
+    result: dict = {}
+    for key, value in stats.items():
+        node = result
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):  # a key that is also a prefix: keep both
+                child = node[part] = {"": child}
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+@_spec("memory_stats_as_nested_dict", op_rule("memory", "memory_stats", how="memory_stats() nested on '.'"))
+def _b_nested(fx, ns, name):
+    fn, index = fx.memory.memory_stats, fx.index
+
+    def memory_stats_as_nested_dict(device=None) -> dict:
+        return _nest(fn(index(device)))
+
+    return memory_stats_as_nested_dict
+
+
+@_spec("memory_summary", op_rule("memory", "memory_stats", how="CUDA's table layout, from memory_stats()"))
+def _b_memory_summary(fx, ns, name):
+    from .. import memstats
+
+    fn, index, backend = fx.memory.memory_stats, fx.index, fx.backend
+
+    def memory_summary(device=None, abbreviated: bool = False) -> str:
+        idx = index(device)
+        return memstats.summary(fn(idx), idx, backend, abbreviated)
+
+    return memory_summary
+
+
+@_spec("device_memory_used", op_rule("memory", "mem_get_info", how="total minus free of mem_get_info()"))
+def _b_device_memory_used(fx, ns, name):
+    fn, index = fx.memory.mem_get_info, fx.index
+
+    def device_memory_used(device=None) -> int:
+        free, total = fn(index(device))
+        return int(total - free)
+
+    return device_memory_used
+
+
+@_spec("caching_allocator_enable", when_op(
+    "memory", "empty_cache", NOOP,
+    (NOOP, "the {backend} backend's allocator keeps no cache (its empty_cache is a no-op), so there is no "
+           "caching to enable or disable"),
+    "the {backend} backend's caching allocator cannot be switched off from Python",
+))
+def _b_caching_allocator_enable(fx, ns, name):
+    def caching_allocator_enable(value: bool = True) -> None:
+        return None
+
+    return caching_allocator_enable
+
+
+_unsupported("caching_allocator_alloc",
+             "allocate through a tensor: torch.empty(size, dtype=torch.uint8, device=...)")
+_unsupported("caching_allocator_delete", "free the memory by dropping the tensor that owns it")
+_unsupported("change_current_allocator", "the {backend} backend's allocator cannot be replaced from Python")
+_unsupported("get_allocator_backend",
+             "the {backend} backend has no configurable allocator backend (PYTORCH_CUDA_ALLOC_CONF is CUDA's)")
+_unsupported("memory_snapshot", "no allocator segment snapshot on the {backend} backend; use torch.{ns}.memory_stats()")
+_unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats"),
+             "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()")
+
+
+@_spec("host_memory_stats_as_nested_dict", optional_op(
+    "memory", "host_memory_stats",
+    declared(UNSUPPORTED, "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()"),
+))
+def _b_host_nested(fx, ns, name):
+    fn = fx.memory.host_memory_stats
+
+    def host_memory_stats_as_nested_dict() -> dict:
+        return _nest(fn())
+
+    return host_memory_stats_as_nested_dict
+
+_unsupported("use_mem_pool", "memory pools are a feature of CUDA's caching allocator; allocate normally")
+_unsupported("list_gpu_processes",
+             "needs NVML and an NVIDIA GPU; torch.{ns}.memory_stats() gives this process's figures")
+_unsupported(("memory_usage", "utilization", "temperature", "power_draw", "clock_rate"),
+             "device telemetry comes from NVML/amd-smi on NVIDIA/AMD GPUs only; read the {backend} "
+             "machine's own monitoring tools")
+_unsupported(("record_memory_history", "snapshot"),
+             "allocator history is a feature of the {ns} allocator; use torch.{ns}.memory_stats()")
+
+
+@_spec("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))
+def _b_ipc_collect(fx, ns, name):
+    def ipc_collect() -> None:
+        return None
+
+    return ipc_collect
