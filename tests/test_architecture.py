@@ -238,3 +238,24 @@ def test_the_vocabulary_does_not_import_torch():
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
     assert "torch" not in imported
+
+
+# -- finding where a fronted function is made ---------------------------------------------------------
+
+
+def test_every_namespace_row_says_where_it_is_declared():
+    from torchdevice import namespaces
+
+    families = {"devices", "memory", "streams", "rng", "nvtx"}
+    for table in (namespaces.SPECS, namespaces.NVTX_SPECS):
+        for name, spec in table.items():
+            path, _, line = spec.declared_at.rpartition(":")
+            assert path.startswith("torchdevice/namespaces/") and Path(path).stem in families and int(line) > 0, name
+            source = (ROOT / path).read_text(encoding="utf-8").splitlines()[int(line) - 1]
+            assert "fronts(" in source or "declare_" in source, f"{name}: {spec.declared_at} is not a declaration"
+    where = namespaces.where("torch.cuda.memory_allocated")
+    assert where.startswith("torchdevice/namespaces/memory.py:") and "device_op_builder('memory', 'memory_allocated')" in where
+    assert "devices.build_is_available" in namespaces.where("torch.cuda.is_available")
+    assert "nvtx.build_range_push" in namespaces.where("torch.cuda.nvtx.range_push")
+    with pytest.raises(KeyError):
+        namespaces.where("torch.cuda.no_such_function")

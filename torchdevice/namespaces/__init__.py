@@ -1,5 +1,31 @@
 """``torch.cuda`` (and ``torch.mps``, ``torch.xpu``, ``torch.mtia``) fronting the active backend.
 
+Where to look
+    Every function of ``torch.<ns>`` that torchdevice replaces has one row in the declaration
+    table (:data:`SPECS`; ``torch.cuda.nvtx``: :data:`NVTX_SPECS`), declared in its family's module
+    next to the code that builds it:
+
+    ==================  ===========================================================================
+    ``devices.py``      is_available, device_count, current/set_device, device, device_of,
+                        synchronize, properties, capability, bf16/tf32, peer access
+    ``memory.py``       memory_allocated ... mem_get_info (one loop over ``device_op_builder``),
+                        deprecated aliases, empty_cache, memory fraction, summaries, allocator
+                        functions (unsupported), telemetry
+    ``streams.py``      Stream, Event, current/default/set_stream, StreamContext, stream, graphs and
+                        pools (unsupported), sync debug mode, check_error
+    ``rng.py``          seeds, get/set_rng_state(_all), default_generators
+    ``nvtx.py``         torch.cuda.nvtx ranges and marks
+    ==================  ===========================================================================
+
+    A row is ``@fronts("name", rule)`` above ``def build_name(fx: Facade, ns: str, name: str)``, or a
+    ``declare_unsupported("name", instead)`` / ``declare_native("name", note)`` line (their helpers:
+    ``table.py``). ``where("torch.cuda.memory_allocated")`` answers with the file, line and builder.
+    The rule (``rules.py``) gives the status, from the backend's operation tags; the builder returns
+    the object ``torch.cuda.<name>`` becomes, closing over the install's :class:`Facade` (the
+    backend's bound operations); ``install.py`` calls the builders and patches torch, wrapping each
+    function with a trace note (``wrapping.py``); ``statuses.py`` answers ``torchdevice matrix``
+    from the same rows without installing anything.
+
 While translation is on (:func:`torchdevice.patch`), every namespace in the
 target's ``sources`` -- ``torch.cuda`` when the backend is not CUDA, and
 likewise for mps, xpu and mtia -- answers from the active backend. The real
@@ -97,10 +123,24 @@ from .rules import (
     when_op,
 )
 from .statuses import COMM_FUNCTIONS, api_status, comm_status, fronted, record_stream_status, spec_for, status
-from .table import NAMESPACES, NVTX_SPECS, OPTIONAL_OPS, SPECS, SUBMODULES, Spec, _wrap_optional_ops
+from .table import (
+    NAMESPACES,
+    NVTX_SPECS,
+    OPTIONAL_OPS,
+    SPECS,
+    SUBMODULES,
+    Builder,
+    Facade,
+    Spec,
+    _wrap_optional_ops,
+    declare_native,
+    declare_unsupported,
+    fronts,
+    where,
+)
 from .wrapping import _code_shape
 
 _wrap_optional_ops()
 
-__all__ = ["install", "uninstall", "status", "spec_for", "fronted", "View", "Spec", "SPECS", "NVTX_SPECS",
+__all__ = ["install", "uninstall", "status", "spec_for", "fronted", "where", "View", "Spec", "SPECS", "NVTX_SPECS",
            "NAMESPACES"]

@@ -1,25 +1,22 @@
 """``torch.<ns>`` device functions: availability, counts, the current device, properties."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from .. import router
 from ..errors import UnsupportedError
 from ..vocabulary import optional_index
 from .rules import EMULATED, TRANSLATED, all_of, declared, op_rule
-from .table import _Facade, _native, _spec
+from .table import Facade, declare_native, fronts
 
 
-def _optional_index(fx: _Facade, device) -> int:
-    """CUDA's ``_get_device_index(device, optional=True)``: -1 for None/negative, else the index."""
-    return optional_index(device, fx.current)
-
-
-@_spec("is_available", declared(
+@fronts("is_available", declared(
     TRANSLATED,
     "True only while {ns} is the source family (TORCHDEVICE_SOURCE / torchdevice run --source, default cuda), "
     "and then when the {backend} backend has devices, or is accelerator-less with report_available on "
     "(TORCHDEVICE_REPORT_AVAILABLE, default 1); False while another family is the source",
 ))
-def _b_is_available(fx, ns, name):
+def build_is_available(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     available = fx.available_for(ns)
 
     def is_available() -> bool:
@@ -28,11 +25,11 @@ def _b_is_available(fx, ns, name):
     return is_available
 
 
-@_spec("device_count", declared(
+@fronts("device_count", declared(
     TRANSLATED, "the {backend} backend's device count; 0 when is_available() is False ({ns} not the source "
     "family, or report_available off)",
 ))
-def _b_device_count(fx, ns, name):
+def build_device_count(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     count = fx.count if fx.available_for(ns) else 0
 
     def device_count() -> int:
@@ -41,24 +38,24 @@ def _b_device_count(fx, ns, name):
     return device_count
 
 
-@_spec("init", declared(TRANSLATED, "resolves the {backend} backend (torchdevice's lazy initialization)"))
-def _b_init(fx, ns, name):
+@fronts("init", declared(TRANSLATED, "resolves the {backend} backend (torchdevice's lazy initialization)"))
+def build_init(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def init() -> None:
         router.active()
 
     return init
 
 
-@_spec("is_initialized", declared(TRANSLATED, "whether the {backend} backend has been resolved"))
-def _b_is_initialized(fx, ns, name):
+@fronts("is_initialized", declared(TRANSLATED, "whether the {backend} backend has been resolved"))
+def build_is_initialized(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def is_initialized() -> bool:
         return router._active is not None
 
     return is_initialized
 
 
-@_spec("current_device", op_rule("streams", "current_device"))
-def _b_current_device(fx, ns, name):
+@fronts("current_device", op_rule("streams", "current_device"))
+def build_current_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     current = fx.current
 
     def current_device() -> int:
@@ -67,8 +64,8 @@ def _b_current_device(fx, ns, name):
     return current_device
 
 
-@_spec("set_device", op_rule("streams", "set_device"))
-def _b_set_device(fx, ns, name):
+@fronts("set_device", op_rule("streams", "set_device"))
+def build_set_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     set_device_op, index = fx.streams.set_device, fx.index
 
     def set_device(device) -> None:
@@ -79,8 +76,8 @@ def _b_set_device(fx, ns, name):
     return set_device
 
 
-@_spec("synchronize", op_rule("streams", "synchronize"))
-def _b_synchronize(fx, ns, name):
+@fronts("synchronize", op_rule("streams", "synchronize"))
+def build_synchronize(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     sync, index = fx.streams.synchronize, fx.index
 
     def synchronize(device=None) -> None:
@@ -89,9 +86,9 @@ def _b_synchronize(fx, ns, name):
     return synchronize
 
 
-@_spec("device", all_of(("streams", "set_device"), ("streams", "current_device"),
+@fronts("device", all_of(("streams", "set_device"), ("streams", "current_device"),
                         how="context manager over the per-thread current device"), kind="class")
-def _b_device(fx, ns, name):
+def build_device(fx: Facade, ns: str, name: str) -> type:
     current, set_device_op, index = fx.current, fx.streams.set_device, fx.index
 
     class device:
@@ -101,7 +98,7 @@ def _b_device(fx, ns, name):
         """
 
         def __init__(self, device):
-            self.idx = _optional_index(fx, device)
+            self.idx = optional_index(device, fx.current)  # as CUDA's _get_device_index(optional=True)
             self.prev_idx = -1
 
         def __enter__(self):
@@ -128,9 +125,9 @@ def _b_device(fx, ns, name):
     return device
 
 
-@_spec("device_of", all_of(("streams", "set_device"), ("streams", "current_device"),
+@fronts("device_of", all_of(("streams", "set_device"), ("streams", "current_device"),
                            how="makes the device of a tensor on the {backend} backend current"), kind="class")
-def _b_device_of(fx, ns, name):
+def build_device_of(fx: Facade, ns: str, name: str) -> type:
     device_cls = fx.state[f"{ns}.device"]
     device_type = fx.target.device_type
 
@@ -149,11 +146,11 @@ def _b_device_of(fx, ns, name):
 _PROPS = "from the {backend} backend's device properties ({what})"
 
 
-@_spec("get_device_properties", declared(
+@fronts("get_device_properties", declared(
     TRANSLATED, "torchdevice.DeviceProperties of the {backend} device (CUDA's field names: name, "
     "total_memory, major/minor (None without a compute capability), multi_processor_count)",
 ))
-def _b_get_device_properties(fx, ns, name):
+def build_get_device_properties(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     props, index = fx.active.properties, fx.index
 
     def get_device_properties(device=None):
@@ -162,8 +159,8 @@ def _b_get_device_properties(fx, ns, name):
     return get_device_properties
 
 
-@_spec("get_device_name", declared(TRANSLATED, _PROPS.replace("{what}", "name")))
-def _b_get_device_name(fx, ns, name):
+@fronts("get_device_name", declared(TRANSLATED, _PROPS.replace("{what}", "name")))
+def build_get_device_name(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     props, index = fx.active.properties, fx.index
 
     def get_device_name(device=None) -> str:
@@ -172,8 +169,8 @@ def _b_get_device_name(fx, ns, name):
     return get_device_name
 
 
-@_spec("is_bf16_supported", declared(TRANSLATED, _PROPS.replace("{what}", "bf16_supported")))
-def _b_is_bf16_supported(fx, ns, name):
+@fronts("is_bf16_supported", declared(TRANSLATED, _PROPS.replace("{what}", "bf16_supported")))
+def build_is_bf16_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     props, current = fx.active.properties, fx.current
 
     def is_bf16_supported(including_emulation: bool = True) -> bool:
@@ -182,11 +179,11 @@ def _b_is_bf16_supported(fx, ns, name):
     return is_bf16_supported
 
 
-@_spec("recommended_max_memory", declared(
+@fronts("recommended_max_memory", declared(
     TRANSLATED, "the {backend} device's total memory (get_device_properties().total_memory): the backend "
     "gives no smaller recommended working-set figure",
 ))
-def _b_recommended_max_memory(fx, ns, name):
+def build_recommended_max_memory(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     props, current = fx.active.properties, fx.current
 
     def recommended_max_memory() -> int:
@@ -195,11 +192,11 @@ def _b_recommended_max_memory(fx, ns, name):
     return recommended_max_memory
 
 
-@_spec("get_device_capability", declared(
+@fronts("get_device_capability", declared(
     TRANSLATED, "the {backend} device's capability, or where it has none the CUDA feature level it offers: "
     "(8, 0) with bfloat16, else (7, 0); TORCHDEVICE_CAPABILITY=MAJOR.MINOR overrides (torchdevice.capability)",
 ))
-def _b_get_device_capability(fx, ns, name):
+def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     props, index = fx.active.properties, fx.index
 
     def get_device_capability(device=None) -> tuple[int, int]:
@@ -209,11 +206,11 @@ def _b_get_device_capability(fx, ns, name):
 
 
 
-@_spec("is_tf32_supported", declared(
+@fronts("is_tf32_supported", declared(
     TRANSLATED, "False: TF32 is a tensor-core format of NVIDIA (and some AMD) GPUs, which the {backend} backend "
     "does not compute in; torch.backends.cuda.matmul.allow_tf32 has no effect there",
 ))
-def _b_is_tf32_supported(fx, ns, name):
+def build_is_tf32_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def is_tf32_supported() -> bool:
         return False
 
@@ -221,11 +218,11 @@ def _b_is_tf32_supported(fx, ns, name):
 
 
 
-@_spec("can_device_access_peer", declared(
+@fronts("can_device_access_peer", declared(
     EMULATED, "validates both devices; a device is not its own peer (False, as CUDA answers); between two "
     "distinct devices it raises UnsupportedError (the backend reports no peer access)",
 ))
-def _b_can_device_access_peer(fx, ns, name):
+def build_can_device_access_peer(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     index, backend = fx.index, fx.backend
     api = f"torch.{ns}.{name}"
 
@@ -237,8 +234,8 @@ def _b_can_device_access_peer(fx, ns, name):
     return can_device_access_peer
 
 
-_native(("cast", "lru_cache"), "a Python helper (typing.cast / functools.lru_cache) re-exported by torch.{ns}; "
+declare_native(("cast", "lru_cache"), "a Python helper (typing.cast / functools.lru_cache) re-exported by torch.{ns}; "
         "unrelated to the device")
-_native("classproperty", "torch._utils.classproperty, a helper torch.{ns} re-exports; unrelated to the device")
-_native(("get_arch_list", "get_gencode_flags"),
+declare_native("classproperty", "torch._utils.classproperty, a helper torch.{ns} re-exports; unrelated to the device")
+declare_native(("get_arch_list", "get_gencode_flags"),
         "a fact about this torch build: the {ns} architectures it was compiled for (none on a build without {ns})")

@@ -11,17 +11,16 @@ import torch
 
 from .. import boundary, router
 from .. import trace as _trace
-from ..streams import HostStream
 from .nvtx import _nvtx_state
 from .rules import NATIVE, TRANSLATED, UNSUPPORTED, View
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
-from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Spec, _Facade
+from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Facade, Spec
 from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
 
 _installed: dict | None = None
 
 
-def _build(fx: _Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
+def _build(fx: Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
     """The object ``torch.<ns>.<name>`` becomes; None for a native one (left untouched)."""
     api = f"torch.{ns}.{name}"
     status_, note = spec.rule(view, ns)
@@ -43,7 +42,7 @@ def _build(fx: _Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
     return _wrap(api, status_, note, built, name.rpartition(".")[2])
 
 
-def _install_backends_flags(patcher, fx: _Facade, view: View, ns: str, objects: dict) -> None:
+def _install_backends_flags(patcher, fx: Facade, view: View, ns: str, objects: dict) -> None:
     """``torch.backends.<ns>.is_built`` (and MPS's ``is_available``) agree with the fronted namespace.
 
     A program never sees ``is_available()`` True with ``is_built()`` False, a pair real torch
@@ -77,7 +76,7 @@ def install(patcher, target) -> None:
     global _installed
     active = router.active()
     view = View.of_active(active)
-    fx = _Facade(active, target)
+    fx = Facade(active, target)
     installed: dict[str, dict[str, Any]] = {}
     for ns in NAMESPACES:
         if ns not in target.sources:
@@ -119,11 +118,6 @@ def install(patcher, target) -> None:
     _installed = installed
 
 
-def _host_streams(view: View) -> bool:
-    cls = getattr(type(view.streams), "Stream", None) if view.streams is not None else None
-    return isinstance(cls, type) and issubclass(cls, HostStream)
-
-
 def _install_get_device_module(patcher, target, view: View) -> None:
     """``torch.get_device_module("cuda")`` -> the fronted ``torch.cuda``, not the target's module.
 
@@ -149,7 +143,7 @@ def _install_get_device_module(patcher, target, view: View) -> None:
     patcher.set(torch, "get_device_module", get_device_module)
 
 
-def _install_nvtx(patcher, fx: _Facade, view: View) -> None:
+def _install_nvtx(patcher, fx: Facade, view: View) -> None:
     nvtx = torch.cuda.nvtx
     for name in ("range_push", "range_pop", "range_start", "range_end", "mark", "range"):
         spec = NVTX_SPECS[name]
@@ -160,7 +154,7 @@ def _install_nvtx(patcher, fx: _Facade, view: View) -> None:
         patcher.set(nvtx, name, obj)
 
 
-def _install_comm(patcher, fx: _Facade, view: View) -> None:
+def _install_comm(patcher, fx: Facade, view: View) -> None:
     """``torch.cuda.comm.<fn>`` -> :mod:`torchdevice.comm`'s function over the backend's collectives."""
     try:
         comm = importlib.import_module("torchdevice.comm")

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any, Callable
 
 from .rules import NOOP, UNSUPPORTED, declared, op_rule, optional_op, when_op
-from .table import _spec, _unsupported
+from .table import Builder, Facade, declare_unsupported, fronts
 
 
-def _device_op(family: str, op: str):
-    def build(fx, ns, name):
+def device_op_builder(family: str, op: str) -> Builder:
+    """Builder of ``torch.<ns>.<name>(device=None)``: the backend's ``family.op`` on that device's index."""
+
+    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
         fn, index = getattr(getattr(fx, family), op), fx.index
 
         def impl(device=None):
@@ -17,13 +20,14 @@ def _device_op(family: str, op: str):
         impl.__name__ = impl.__qualname__ = name
         return impl
 
+    build.__qualname__ = f"device_op_builder({family!r}, {op!r})"
     return build
 
 
 for _name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
               "reset_peak_memory_stats", "reset_accumulated_memory_stats", "memory_stats", "mem_get_info",
               "get_per_process_memory_fraction"):
-    _spec(_name, op_rule("memory", _name))(_device_op("memory", _name))
+    fronts(_name, op_rule("memory", _name))(device_op_builder("memory", _name))
 
 _DEPRECATED = {
     "memory_cached": ("memory_reserved", "`torch.{ns}.memory_cached` has been renamed to `torch.{ns}.memory_reserved`"),
@@ -38,8 +42,10 @@ _DEPRECATED = {
 }
 
 
-def _deprecated_alias(target: str, message: str):
-    def build(fx, ns, name):
+def deprecated_alias_builder(target: str, message: str) -> Builder:
+    """Builder of a deprecated name: a FutureWarning (``message``, as torch's), then ``memory.target``."""
+
+    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
         fn, index, text = getattr(fx.memory, target), fx.index, message.format(ns=ns)
 
         def impl(device=None):
@@ -49,16 +55,17 @@ def _deprecated_alias(target: str, message: str):
         impl.__name__ = impl.__qualname__ = name
         return impl
 
+    build.__qualname__ = f"deprecated_alias_builder({target!r})"
     return build
 
 
 for _name, (_target, _message) in _DEPRECATED.items():
-    _spec(_name, op_rule("memory", _target, how=f"deprecated alias of {_target} (FutureWarning, as torch)"))(
-        _deprecated_alias(_target, _message))
+    fronts(_name, op_rule("memory", _target, how=f"deprecated alias of {_target} (FutureWarning, as torch)"))(
+        deprecated_alias_builder(_target, _message))
 
 
-@_spec("empty_cache", op_rule("memory", "empty_cache"))
-def _b_empty_cache(fx, ns, name):
+@fronts("empty_cache", op_rule("memory", "empty_cache"))
+def build_empty_cache(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn = fx.memory.empty_cache
 
     def empty_cache() -> None:
@@ -67,8 +74,8 @@ def _b_empty_cache(fx, ns, name):
     return empty_cache
 
 
-@_spec("set_per_process_memory_fraction", op_rule("memory", "set_per_process_memory_fraction"))
-def _b_set_fraction(fx, ns, name):
+@fronts("set_per_process_memory_fraction", op_rule("memory", "set_per_process_memory_fraction"))
+def build_set_per_process_memory_fraction(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.set_per_process_memory_fraction, fx.index
 
     def set_per_process_memory_fraction(fraction, device=None) -> None:
@@ -79,8 +86,10 @@ def _b_set_fraction(fx, ns, name):
     return set_per_process_memory_fraction
 
 
-def _mem_alias(target: str):
-    def build(fx, ns, name):
+def current_device_figure_builder(target: str) -> Builder:
+    """Builder of a no-argument figure of the current device: ``memory.target(current())``."""
+
+    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
         fn, current = getattr(fx.memory, target), fx.current
 
         def impl() -> int:
@@ -89,14 +98,15 @@ def _mem_alias(target: str):
         impl.__name__ = impl.__qualname__ = name
         return impl
 
+    build.__qualname__ = f"current_device_figure_builder({target!r})"
     return build
 
 
 # torch.mps's names for the current device's figures
-_spec("current_allocated_memory", op_rule("memory", "memory_allocated", how="memory_allocated() of the current device"))(
-    _mem_alias("memory_allocated"))
-_spec("driver_allocated_memory", op_rule("memory", "memory_reserved", how="memory_reserved() of the current device"))(
-    _mem_alias("memory_reserved"))
+fronts("current_allocated_memory", op_rule("memory", "memory_allocated", how="memory_allocated() of the current device"))(
+    current_device_figure_builder("memory_allocated"))
+fronts("driver_allocated_memory", op_rule("memory", "memory_reserved", how="memory_reserved() of the current device"))(
+    current_device_figure_builder("memory_reserved"))
 
 
 def _nest(stats: dict) -> dict:
@@ -113,8 +123,8 @@ def _nest(stats: dict) -> dict:
     return result
 
 
-@_spec("memory_stats_as_nested_dict", op_rule("memory", "memory_stats", how="memory_stats() nested on '.'"))
-def _b_nested(fx, ns, name):
+@fronts("memory_stats_as_nested_dict", op_rule("memory", "memory_stats", how="memory_stats() nested on '.'"))
+def build_memory_stats_as_nested_dict(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.memory_stats, fx.index
 
     def memory_stats_as_nested_dict(device=None) -> dict:
@@ -123,8 +133,8 @@ def _b_nested(fx, ns, name):
     return memory_stats_as_nested_dict
 
 
-@_spec("memory_summary", op_rule("memory", "memory_stats", how="CUDA's table layout, from memory_stats()"))
-def _b_memory_summary(fx, ns, name):
+@fronts("memory_summary", op_rule("memory", "memory_stats", how="CUDA's table layout, from memory_stats()"))
+def build_memory_summary(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     from .. import memstats
 
     fn, index, backend = fx.memory.memory_stats, fx.index, fx.backend
@@ -136,8 +146,8 @@ def _b_memory_summary(fx, ns, name):
     return memory_summary
 
 
-@_spec("device_memory_used", op_rule("memory", "mem_get_info", how="total minus free of mem_get_info()"))
-def _b_device_memory_used(fx, ns, name):
+@fronts("device_memory_used", op_rule("memory", "mem_get_info", how="total minus free of mem_get_info()"))
+def build_device_memory_used(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.mem_get_info, fx.index
 
     def device_memory_used(device=None) -> int:
@@ -147,35 +157,35 @@ def _b_device_memory_used(fx, ns, name):
     return device_memory_used
 
 
-@_spec("caching_allocator_enable", when_op(
+@fronts("caching_allocator_enable", when_op(
     "memory", "empty_cache", NOOP,
     (NOOP, "the {backend} backend's allocator keeps no cache (its empty_cache is a no-op), so there is no "
            "caching to enable or disable"),
     "the {backend} backend's caching allocator cannot be switched off from Python",
 ))
-def _b_caching_allocator_enable(fx, ns, name):
+def build_caching_allocator_enable(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def caching_allocator_enable(value: bool = True) -> None:
         return None
 
     return caching_allocator_enable
 
 
-_unsupported("caching_allocator_alloc",
-             "allocate through a tensor: torch.empty(size, dtype=torch.uint8, device=...)")
-_unsupported("caching_allocator_delete", "free the memory by dropping the tensor that owns it")
-_unsupported("change_current_allocator", "the {backend} backend's allocator cannot be replaced from Python")
-_unsupported("get_allocator_backend",
-             "the {backend} backend has no configurable allocator backend (PYTORCH_CUDA_ALLOC_CONF is CUDA's)")
-_unsupported("memory_snapshot", "no allocator segment snapshot on the {backend} backend; use torch.{ns}.memory_stats()")
-_unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats"),
-             "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()")
+declare_unsupported("caching_allocator_alloc",
+                    "allocate through a tensor: torch.empty(size, dtype=torch.uint8, device=...)")
+declare_unsupported("caching_allocator_delete", "free the memory by dropping the tensor that owns it")
+declare_unsupported("change_current_allocator", "the {backend} backend's allocator cannot be replaced from Python")
+declare_unsupported("get_allocator_backend",
+                    "the {backend} backend has no configurable allocator backend (PYTORCH_CUDA_ALLOC_CONF is CUDA's)")
+declare_unsupported("memory_snapshot", "no allocator segment snapshot on the {backend} backend; use torch.{ns}.memory_stats()")
+declare_unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats"),
+                    "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()")
 
 
-@_spec("host_memory_stats_as_nested_dict", optional_op(
+@fronts("host_memory_stats_as_nested_dict", optional_op(
     "memory", "host_memory_stats",
     declared(UNSUPPORTED, "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()"),
 ))
-def _b_host_nested(fx, ns, name):
+def build_host_memory_stats_as_nested_dict(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn = fx.memory.host_memory_stats
 
     def host_memory_stats_as_nested_dict() -> dict:
@@ -183,18 +193,18 @@ def _b_host_nested(fx, ns, name):
 
     return host_memory_stats_as_nested_dict
 
-_unsupported("use_mem_pool", "memory pools are a feature of CUDA's caching allocator; allocate normally")
-_unsupported("list_gpu_processes",
-             "needs NVML and an NVIDIA GPU; torch.{ns}.memory_stats() gives this process's figures")
-_unsupported(("memory_usage", "utilization", "temperature", "power_draw", "clock_rate"),
-             "device telemetry comes from NVML/amd-smi on NVIDIA/AMD GPUs only; read the {backend} "
-             "machine's own monitoring tools")
-_unsupported(("record_memory_history", "snapshot"),
-             "allocator history is a feature of the {ns} allocator; use torch.{ns}.memory_stats()")
+declare_unsupported("use_mem_pool", "memory pools are a feature of CUDA's caching allocator; allocate normally")
+declare_unsupported("list_gpu_processes",
+                    "needs NVML and an NVIDIA GPU; torch.{ns}.memory_stats() gives this process's figures")
+declare_unsupported(("memory_usage", "utilization", "temperature", "power_draw", "clock_rate"),
+                    "device telemetry comes from NVML/amd-smi on NVIDIA/AMD GPUs only; read the {backend} "
+                    "machine's own monitoring tools")
+declare_unsupported(("record_memory_history", "snapshot"),
+                    "allocator history is a feature of the {ns} allocator; use torch.{ns}.memory_stats()")
 
 
-@_spec("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))
-def _b_ipc_collect(fx, ns, name):
+@fronts("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))
+def build_ipc_collect(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def ipc_collect() -> None:
         return None
 

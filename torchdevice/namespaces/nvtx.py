@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import threading
+from typing import Any, Callable
 
 from .rules import NOOP, declared
-from .table import NVTX_SPECS, _spec
+from .table import NVTX_SPECS, Facade, fronts
 
 _NVTX_NOTE = ("no NVTX profiler on the {backend} backend: the annotation is dropped; range depths and ids are "
               "tracked per thread so the values returned are the true ones")
@@ -21,8 +22,8 @@ def _nvtx_depth() -> list:
         return _nvtx_state.stack
 
 
-@_spec("range_push", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def _b_range_push(fx, ns, name):
+@fronts("range_push", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
+def build_range_push(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def range_push(msg) -> int:
         stack = _nvtx_depth()
         stack.append(msg)
@@ -31,8 +32,8 @@ def _b_range_push(fx, ns, name):
     return range_push
 
 
-@_spec("range_pop", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def _b_range_pop(fx, ns, name):
+@fronts("range_pop", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
+def build_range_pop(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def range_pop() -> int:
         stack = _nvtx_depth()
         if not stack:
@@ -43,8 +44,8 @@ def _b_range_pop(fx, ns, name):
     return range_pop
 
 
-@_spec("range_start", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def _b_range_start(fx, ns, name):
+@fronts("range_start", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
+def build_range_start(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def range_start(msg) -> int:
         with _nvtx_lock:
             return next(_nvtx_ids)
@@ -52,8 +53,8 @@ def _b_range_start(fx, ns, name):
     return range_start
 
 
-@_spec(("range_end", "mark"), declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def _b_nvtx_none(fx, ns, name):
+@fronts(("range_end", "mark"), declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
+def build_range_end_or_mark(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def impl(arg) -> None:
         return None
 
@@ -61,8 +62,8 @@ def _b_nvtx_none(fx, ns, name):
     return impl
 
 
-@_spec("range", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def _b_range(fx, ns, name):
+@fronts("range", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
+def build_range(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     import contextlib
 
     push, pop = fx.state["nvtx.range_push"], fx.state["nvtx.range_pop"]

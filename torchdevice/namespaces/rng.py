@@ -7,11 +7,11 @@ from typing import Any, Callable
 import torch
 
 from .rules import op_rule
-from .table import SPECS, Spec, _spec
+from .table import Builder, Facade, fronts
 
 
-@_spec(("manual_seed", "manual_seed_all"), op_rule("rng", "manual_seed"))
-def _b_manual_seed(fx, ns, name):
+@fronts("manual_seed", op_rule("rng", "manual_seed"))
+def build_manual_seed(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn = getattr(fx.rng, name)
 
     def impl(seed: int) -> None:
@@ -21,11 +21,13 @@ def _b_manual_seed(fx, ns, name):
     return impl
 
 
-SPECS["manual_seed_all"] = Spec(op_rule("rng", "manual_seed_all"), _b_manual_seed)
+fronts("manual_seed_all", op_rule("rng", "manual_seed_all"))(build_manual_seed)
 
 
-def _noarg_op(family: str, op: str):
-    def build(fx, ns, name):
+def no_argument_op_builder(family: str, op: str) -> Builder:
+    """Builder of ``torch.<ns>.<name>()``: the backend's ``family.op()``."""
+
+    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
         fn = getattr(getattr(fx, family), op)
 
         def impl():
@@ -34,15 +36,16 @@ def _noarg_op(family: str, op: str):
         impl.__name__ = impl.__qualname__ = name
         return impl
 
+    build.__qualname__ = f"no_argument_op_builder({family!r}, {op!r})"
     return build
 
 
 for _name in ("seed", "seed_all", "initial_seed"):
-    _spec(_name, op_rule("rng", _name))(_noarg_op("rng", _name))
+    fronts(_name, op_rule("rng", _name))(no_argument_op_builder("rng", _name))
 
 
-@_spec("get_rng_state", op_rule("rng", "get_rng_state"))
-def _b_get_rng_state(fx, ns, name):
+@fronts("get_rng_state", op_rule("rng", "get_rng_state"))
+def build_get_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.get_rng_state, fx.index
 
     def get_rng_state(device=None) -> torch.Tensor:
@@ -56,8 +59,8 @@ def _check_state(new_state) -> None:
         raise TypeError(f"new_state must be a torch.ByteTensor, got {type(new_state).__name__}")
 
 
-@_spec("set_rng_state", op_rule("rng", "set_rng_state"))
-def _b_set_rng_state(fx, ns, name):
+@fronts("set_rng_state", op_rule("rng", "set_rng_state"))
+def build_set_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.set_rng_state, fx.index
 
     def set_rng_state(new_state, device=None) -> None:
@@ -67,8 +70,8 @@ def _b_set_rng_state(fx, ns, name):
     return set_rng_state
 
 
-@_spec("get_rng_state_all", op_rule("rng", "get_rng_state", how="get_rng_state() of every device"))
-def _b_get_rng_state_all(fx, ns, name):
+@fronts("get_rng_state_all", op_rule("rng", "get_rng_state", how="get_rng_state() of every device"))
+def build_get_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, count = fx.rng.get_rng_state, fx.count
 
     def get_rng_state_all() -> list:
@@ -77,8 +80,8 @@ def _b_get_rng_state_all(fx, ns, name):
     return get_rng_state_all
 
 
-@_spec("set_rng_state_all", op_rule("rng", "set_rng_state", how="set_rng_state() of every device"))
-def _b_set_rng_state_all(fx, ns, name):
+@fronts("set_rng_state_all", op_rule("rng", "set_rng_state", how="set_rng_state() of every device"))
+def build_set_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.set_rng_state, fx.index
 
     def set_rng_state_all(new_states) -> None:
@@ -89,8 +92,8 @@ def _b_set_rng_state_all(fx, ns, name):
     return set_rng_state_all
 
 
-@_spec("default_generators", op_rule("rng", "default_generator", how="each device's default generator"), kind="value")
-def _b_default_generators(fx, ns, name):
+@fronts("default_generators", op_rule("rng", "default_generator", how="each device's default generator"), kind="value")
+def build_default_generators(fx: Facade, ns: str, name: str) -> Any:
     return _DeviceGenerators(fx.rng.default_generator, fx.count)
 
 

@@ -2,14 +2,16 @@
 graphs (unsupported), the sync debug mode."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
-from .rules import EMULATED, NOOP, UNSUPPORTED, all_of, declared, op_rule, stream_class_rule, when_op
-from .table import SPECS, Spec, _spec, _unsupported
+from .rules import EMULATED, NOOP, all_of, declared, op_rule, stream_class_rule, when_op
+from .table import Facade, declare_unsupported, fronts
 
 
-@_spec(("current_stream", "default_stream"), op_rule("streams", "current_stream"))
-def _b_stream_getter(fx, ns, name):
+@fronts("current_stream", op_rule("streams", "current_stream"))
+def build_current_or_default_stream(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     fn, index = getattr(fx.streams, name), fx.index
 
     def impl(device=None):
@@ -19,10 +21,10 @@ def _b_stream_getter(fx, ns, name):
     return impl
 
 
-SPECS["default_stream"] = Spec(op_rule("streams", "default_stream"), _b_stream_getter)
+fronts("default_stream", op_rule("streams", "default_stream"))(build_current_or_default_stream)
 
 
-def _set_stream_impl(fx):
+def _set_stream_impl(fx: Facade) -> Callable[[Any], None]:
     set_stream_op, set_device_op, current = fx.streams.set_stream, fx.streams.set_device, fx.current
 
     def set_stream(stream) -> None:
@@ -36,15 +38,15 @@ def _set_stream_impl(fx):
     return set_stream
 
 
-@_spec("set_stream", all_of(("streams", "set_stream"), ("streams", "set_device")))
-def _b_set_stream(fx, ns, name):
+@fronts("set_stream", all_of(("streams", "set_stream"), ("streams", "set_device")))
+def build_set_stream(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     return _set_stream_impl(fx)
 
 
-@_spec("StreamContext", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
+@fronts("StreamContext", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
                                how="selects a stream (and its device) for its block, then restores both"),
        kind="class")
-def _b_stream_context(fx, ns, name):
+def build_StreamContext(fx: Facade, ns: str, name: str) -> type:
     set_stream = _set_stream_impl(fx)
     current_stream_op, index = fx.streams.current_stream, fx.index
 
@@ -77,9 +79,9 @@ def _b_stream_context(fx, ns, name):
     return StreamContext
 
 
-@_spec("stream", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
+@fronts("stream", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
                         how="returns torch.{ns}.StreamContext(stream)"))
-def _b_stream(fx, ns, name):
+def build_stream(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     context = fx.state[f"{ns}.StreamContext"]
 
     def stream(stream):
@@ -88,20 +90,20 @@ def _b_stream(fx, ns, name):
     return stream
 
 
-@_spec("Stream", stream_class_rule("Stream"), kind="class")
-def _b_stream_class(fx, ns, name):
+@fronts("Stream", stream_class_rule("Stream"), kind="class")
+def build_Stream(fx: Facade, ns: str, name: str) -> type:
     return fx.streams.Stream
 
 
-@_spec("Event", stream_class_rule("Event"), kind="class")
-def _b_event_class(fx, ns, name):
+@fronts("Event", stream_class_rule("Event"), kind="class")
+def build_Event(fx: Facade, ns: str, name: str) -> type:
     return fx.streams.Event
 
 
-@_spec("is_current_stream_capturing", declared(
+@fronts("is_current_stream_capturing", declared(
     EMULATED, "always False: graph capture does not exist on the {backend} backend, so none can be underway",
 ))
-def _b_capturing(fx, ns, name):
+def build_is_current_stream_capturing(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def is_current_stream_capturing() -> bool:
         return False
 
@@ -117,8 +119,8 @@ _SYNC_DEBUG_NO = "the {backend} backend cannot report which operations synchroni
 _MODES = {"default": 0, "warn": 1, "error": 2}
 
 
-@_spec("set_sync_debug_mode", when_op("streams", "synchronize", NOOP, _SYNC_DEBUG, _SYNC_DEBUG_NO))
-def _b_set_sync_debug_mode(fx, ns, name):
+@fronts("set_sync_debug_mode", when_op("streams", "synchronize", NOOP, _SYNC_DEBUG, _SYNC_DEBUG_NO))
+def build_set_sync_debug_mode(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def set_sync_debug_mode(debug_mode) -> None:
         if isinstance(debug_mode, str):
             if debug_mode not in _MODES:
@@ -131,40 +133,39 @@ def _b_set_sync_debug_mode(fx, ns, name):
     return set_sync_debug_mode
 
 
-@_spec("get_sync_debug_mode", declared(
+@fronts("get_sync_debug_mode", declared(
     EMULATED, "the mode set_sync_debug_mode kept (0, 'default', where it cannot be set on the {backend} backend): "
     "no operation on it is reported as synchronizing",
 ))
-def _b_get_sync_debug_mode(fx, ns, name):
+def build_get_sync_debug_mode(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def get_sync_debug_mode() -> int:
         return fx.sync_debug_mode
 
     return get_sync_debug_mode
 
 
-_unsupported("get_stream_from_external",
-             "external {ns} streams cannot be wrapped on the {backend} backend; create one with torch.{ns}.Stream()")
-_unsupported("graph_pool_handle", "graphs do not exist on the {backend} backend; run the work eagerly")
-_unsupported("cudart", "the CUDA runtime exists only on NVIDIA GPUs; use torch.profiler for profiling ranges and "
-             "torch.cuda.synchronize()/Event for timing")
-_unsupported("current_blas_handle", "cuBLAS handles exist only on CUDA")
-_unsupported("compile_shader", "Metal shaders run only on MPS; write the kernel with torch operations")
+declare_unsupported("get_stream_from_external",
+                    "external {ns} streams cannot be wrapped on the {backend} backend; create one with torch.{ns}.Stream()")
+declare_unsupported("graph_pool_handle", "graphs do not exist on the {backend} backend; run the work eagerly")
+declare_unsupported("cudart", "the CUDA runtime exists only on NVIDIA GPUs; use torch.profiler for profiling ranges and "
+                    "torch.cuda.synchronize()/Event for timing")
+declare_unsupported("current_blas_handle", "cuBLAS handles exist only on CUDA")
+declare_unsupported("compile_shader", "Metal shaders run only on MPS; write the kernel with torch operations")
 
-for _name in ("CUDAGraph", "XPUGraph", "MTIAGraph", "graph"):
-    SPECS[_name] = Spec(declared(UNSUPPORTED, "graphs do not exist on the {backend} backend; run the captured work "
-                                              "eagerly"), None, "class")
-for _name in ("MemPool", "CUDAPluggableAllocator", "XPUPluggableAllocator"):
-    SPECS[_name] = Spec(declared(UNSUPPORTED, "memory pools and pluggable allocators belong to the {ns} caching "
-                                              "allocator; allocate normally on the {backend} backend"), None, "class")
-SPECS["ExternalStream"] = Spec(declared(UNSUPPORTED, "external {ns} streams cannot be wrapped on the {backend} "
-                                                     "backend; create one with torch.{ns}.Stream()"), None, "class")
+declare_unsupported(("CUDAGraph", "XPUGraph", "MTIAGraph", "graph"),
+                    "graphs do not exist on the {backend} backend; run the captured work eagerly", kind="class")
+declare_unsupported(("MemPool", "CUDAPluggableAllocator", "XPUPluggableAllocator"),
+                    "memory pools and pluggable allocators belong to the {ns} caching allocator; allocate normally on "
+                    "the {backend} backend", kind="class")
+declare_unsupported("ExternalStream", "external {ns} streams cannot be wrapped on the {backend} backend; create one "
+                    "with torch.{ns}.Stream()", kind="class")
 
 
-@_spec("make_graphed_callables", declared(
+@fronts("make_graphed_callables", declared(
     NOOP, "graphs do not exist on the {backend} backend: the callables are returned as they are and run eagerly, "
     "computing the same results without graph replay",
 ))
-def _b_make_graphed_callables(fx, ns, name):
+def build_make_graphed_callables(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
                                allow_unused_input: bool = False, pool=None):
         return callables
@@ -172,10 +173,10 @@ def _b_make_graphed_callables(fx, ns, name):
     return make_graphed_callables
 
 
-@_spec("check_error", declared(
+@fronts("check_error", declared(
     EMULATED, "0 (cudaSuccess) passes; any other CUDA runtime result code raises torch.cuda.CudaError",
 ))
-def _b_check_error(fx, ns, name):
+def build_check_error(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     def check_error(res: int) -> None:
         if res != 0:
             error_class = getattr(torch.cuda, "CudaError", RuntimeError)

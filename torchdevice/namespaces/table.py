@@ -1,9 +1,23 @@
-"""The declaration table: :data:`SPECS` (``torch.<ns>.<name>`` -> :class:`Spec`), :data:`NVTX_SPECS`,
-the helpers the family modules declare with, :data:`OPTIONAL_OPS`, and :class:`_Facade` (what a builder
-closes over)."""
+"""The declaration table: :data:`SPECS` (``torch.<ns>.<name>`` -> :class:`Spec`) and :data:`NVTX_SPECS`.
+
+The family modules fill it when imported, one row per name, with three helpers:
+
+* ``@fronts("name", rule)`` above a builder ``build_name(fx: Facade, ns: str, name: str)``, which
+  returns the object ``torch.<ns>.<name>`` becomes (called by :func:`~torchdevice.namespaces.install`
+  once per install, only when the rule's status is not unsupported);
+* ``declare_unsupported("name", instead)``: raises :class:`~torchdevice.UnsupportedError` saying what
+  to use instead;
+* ``declare_native("name", note)``: torch's own object, left in place.
+
+Every row records where it was declared (:attr:`Spec.declared_at`); :func:`where` answers with it.
+Also here: :data:`OPTIONAL_OPS` (operations a plugin may add to its Ops to give a function a real
+answer) and :class:`Facade`, what a builder closes over.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import os
+import sys
+from typing import Any, Callable, NamedTuple, Union
 
 from ..errors import InvalidDeviceError
 from ..vocabulary import SOURCE_FAMILIES, parse_index
@@ -20,8 +34,12 @@ SUBMODULES = {
     "mtia": ("memory",),
 }
 
+#: ``build(fx, ns, name)``: the object ``torch.<ns>.<name>`` becomes, given the install's
+#: :class:`Facade`, the namespace (``"cuda"``) and the function's short name.
+Builder = Callable[["Facade", str, str], Any]
 
-
+#: one name or several sharing a row
+Names = Union[str, "tuple[str, ...]"]
 
 
 class Spec(NamedTuple):
@@ -33,31 +51,79 @@ class Spec(NamedTuple):
     """
 
     rule: Rule
-    build: Callable | None = None
+    build: Builder | None = None
     kind: str = "function"  #: "function", "class", or "value"
+    declared_at: str = ""  #: ``"torchdevice/namespaces/memory.py:25"``: the line that declared the row
 
 
 SPECS: dict[str, Spec] = {}
 NVTX_SPECS: dict[str, Spec] = {}
 
 
-def _spec(names, rule: Rule, kind: str = "function", table: dict | None = None):
-    def register(build):
-        for name in (names,) if isinstance(names, str) else names:
-            (SPECS if table is None else table)[name] = Spec(rule, build, kind)
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _caller() -> str:
+    """``file:line`` of the declaration (the family module's line calling a helper below)."""
+    frame = sys._getframe(2)
+    return f"{os.path.relpath(frame.f_code.co_filename, _PACKAGE_ROOT)}:{frame.f_lineno}"
+
+
+def _each(names: Names) -> tuple[str, ...]:
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
+def fronts(names: Names, rule: Rule, kind: str = "function",
+           table: dict[str, Spec] | None = None) -> Callable[[Builder], Builder]:
+    """Decorator: the builder below makes ``torch.<ns>.<name>`` for each of ``names``, with status ``rule``."""
+    site = _caller()
+
+    def register(build: Builder) -> Builder:
+        for name in _each(names):
+            (SPECS if table is None else table)[name] = Spec(rule, build, kind, site)
         return build
 
     return register
 
 
-def _unsupported(names, instead: str) -> None:
-    for name in (names,) if isinstance(names, str) else names:
-        SPECS[name] = Spec(declared(UNSUPPORTED, instead), None)
+def declare_unsupported(names: Names, instead: str, kind: str = "function") -> None:
+    """``torch.<ns>.<name>`` raises :class:`~torchdevice.UnsupportedError` naming ``instead`` (a template:
+    ``{ns}``, ``{backend}``, ``{device_type}``); a class is replaced by one whose construction raises."""
+    site = _caller()
+    for name in _each(names):
+        SPECS[name] = Spec(declared(UNSUPPORTED, instead), None, kind, site)
 
 
-def _native(names, note: str) -> None:
-    for name in (names,) if isinstance(names, str) else names:
-        SPECS[name] = Spec(declared(NATIVE, note), None)
+def declare_native(names: Names, note: str) -> None:
+    """``torch.<ns>.<name>`` stays torch's own object (a helper unrelated to the device, a build fact)."""
+    site = _caller()
+    for name in _each(names):
+        SPECS[name] = Spec(declared(NATIVE, note), None, "function", site)
+
+
+def where(api: str) -> str:
+    """Where ``torch.<ns>.<name>`` is declared, and by which builder: ``where("torch.cuda.memory_allocated")``
+    (also ``"memory_allocated"``, ``"torch.cuda.nvtx.range_push"``); KeyError for a name with no row."""
+    parts = api.split(".")
+    name = parts[-1]
+    table = NVTX_SPECS if "nvtx" in parts[:-1] else SPECS
+    spec = table.get(name)
+    if spec is None:
+        raise KeyError(f"{api!r} is not declared in torchdevice.namespaces (SPECS/NVTX_SPECS)")
+    build = spec.build
+    builder = "no builder: " + str(spec.rule(_DeclarationView(), "cuda")[0]) if build is None else (
+        f"{build.__module__}.{build.__qualname__}")
+    return f"{spec.declared_at} ({builder})"
+
+
+class _DeclarationView:
+    """A backend with no operations: enough to read a declared (not derived) status in :func:`where`."""
+
+    name = device_type = "?"
+    memory = streams = rng = collectives = None
+
+    def op(self, family: str, name: str) -> tuple[Any, str]:
+        return UNSUPPORTED, ""
 
 
 #: Optional operations a plugin may define on its Ops subclasses, and how they are called.
@@ -79,7 +145,7 @@ OPTIONAL_OPS = {
 }
 
 
-def _build_optional(fx, name: str, build: Callable | None):
+def _build_optional(fx: Facade, name: str, build: Builder | None) -> Callable[..., Any]:
     """Builder: the backend's optional op when it has one, else ``build`` (the fallback's builder)."""
     family, call = OPTIONAL_OPS[name]
     op = getattr(getattr(fx, family), name)
@@ -97,10 +163,15 @@ def _build_optional(fx, name: str, build: Callable | None):
     return impl
 
 
-class _Facade:
-    """What the builders of one install close over: bound operations and the target."""
+class Facade:
+    """What the builders of one install close over: the active backend's bound operations and the target.
 
-    def __init__(self, active, target):
+    ``index(device)`` turns a device argument into a valid index (the current device for ``None``);
+    ``current()`` is the current device; ``state`` holds the objects built so far in this install
+    (``"cuda.device"``), for builders that need another one (``device_of`` subclasses ``device``).
+    """
+
+    def __init__(self, active: Any, target: Any):
         self.active = active
         self.target = target
         self.backend = active.name
@@ -133,20 +204,24 @@ class _Facade:
         return self.available and ns == self.source
 
 
-def _optional_builder(name: str, fallback: Callable | None):
-    def build(fx, ns, short):
+def optional_op_builder(name: str, fallback: Builder | None) -> Builder:
+    """Builder of an optional operation's function: the backend's own op when its Ops define one, else
+    ``fallback`` (the builder declared in the family module; None where that row has none)."""
+
+    def build(fx: Facade, ns: str, short: str) -> Any:
         family, _ = OPTIONAL_OPS[name]
         ops = getattr(fx, family)
         if ops is not None and callable(getattr(type(ops), name, None)):
             return _build_optional(fx, name, None)
-        return fallback(fx, ns, short)
+        return None if fallback is None else fallback(fx, ns, short)
 
+    build.__qualname__ = f"optional_op_builder({name!r}, fallback={getattr(fallback, '__qualname__', None)})"
     return build
 
 
 def _wrap_optional_ops() -> None:
-    """Give every optional operation's spec its rule and builder (run once, after the families declared them)."""
-    for _name, (_family, _call) in OPTIONAL_OPS.items():
-        _old = SPECS[_name]
-        SPECS[_name] = Spec(optional_op(_family, _name, _old.rule), _optional_builder(_name, _old.build) if _old.build
-                            else _optional_builder(_name, lambda fx, ns, short: None), _old.kind)
+    """Give every optional operation's row its rule and builder (run once, after the families declared them)."""
+    for name, (family, _) in OPTIONAL_OPS.items():
+        old = SPECS[name]
+        SPECS[name] = Spec(optional_op(family, name, old.rule), optional_op_builder(name, old.build), old.kind,
+                           old.declared_at)
