@@ -88,7 +88,7 @@ def hook_reference_markdown() -> str:
     for name, fn in hooks:
         opts = getattr(fn, f"{hookspecs.PROJECT}_spec", {}) or {}
         kind = "first result wins" if opts.get("firstresult") else "all results collected"
-        lines += [f"### `{name}{inspect.signature(fn)}`", "", f"*{kind}*", "", _markdown(fn.__doc__), ""]
+        lines += [f"### `{_render_signature(fn, name)}`", "", f"*{kind}*", "", _markdown(fn.__doc__), ""]
 
     lines += ["### `Backend`: the base class of a plugin", "", _markdown(Backend.__doc__), ""]
     for name, value in _members(Backend):
