@@ -8,6 +8,8 @@ device-agnostic API over the active backend (see :mod:`torchdevice.api`).
 """
 from __future__ import annotations
 
+from typing import Literal
+
 __version__ = "1.0.0"
 
 from . import router as _router
@@ -56,7 +58,7 @@ class use:
     def __enter__(self) -> "use":
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         _router.use(self._previous)
         return False
 

@@ -62,6 +62,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from typing import Any
 
 import torch
 
@@ -254,7 +255,7 @@ def status(name: str) -> tuple[Status, str]:
 class _State:
     """What the wrappers read: fixed at install time."""
 
-    target = None
+    target: Any = None  #: the translate.Target installed (None before install)
     engine: str | None = None
     backend_name: str = ""
     foreign: frozenset = frozenset()
@@ -384,6 +385,12 @@ def _ddp_index(device):
 # -- wrappers --------------------------------------------------------------------------------
 
 
+def _marked(wrapper, orig):
+    """``wrapper``, marked as torchdevice's wrapper of ``orig`` (``__torchdevice_wrapped__``)."""
+    wrapper.__torchdevice_wrapped__ = orig
+    return wrapper
+
+
 def _wrap_group_factory(orig, what: str, *, has_device_id: bool = False):
     """init_process_group / new_group / new_subgroups*: map ``backend`` (and ``device_id``)."""
     sig = inspect.signature(orig)
@@ -399,8 +406,7 @@ def _wrap_group_factory(orig, what: str, *, has_device_id: bool = False):
             arguments["backend"] = map_backend(arguments.get("backend"), device_id, what)
         return orig(*bound.args, **bound.kwargs)
 
-    wrapper.__torchdevice_wrapped__ = orig
-    return wrapper
+    return _marked(wrapper, orig)
 
 
 def _done_work():
@@ -446,8 +452,7 @@ def _wrap_all_gather(orig):
             out.copy_(buf[: out.numel()].view(out.shape))
         return _done_work() if async_op else None
 
-    all_gather.__torchdevice_wrapped__ = orig
-    return all_gather
+    return _marked(all_gather, orig)
 
 
 def _wrap_all_gather_into_tensor(orig):
@@ -465,8 +470,7 @@ def _wrap_all_gather_into_tensor(orig):
             return orig(output_tensor, input_tensor.unsqueeze(0), group, async_op)
         return orig(output_tensor, input_tensor, group, async_op)
 
-    all_gather_into_tensor.__torchdevice_wrapped__ = orig
-    return all_gather_into_tensor
+    return _marked(all_gather_into_tensor, orig)
 
 
 def _wrap_reduce_scatter_tensor(orig):
@@ -489,8 +493,7 @@ def _wrap_reduce_scatter_tensor(orig):
             bound.arguments["output"] = output.unsqueeze(0)
         return orig(*bound.args, **bound.kwargs)
 
-    reduce_scatter_tensor.__torchdevice_wrapped__ = orig
-    return reduce_scatter_tensor
+    return _marked(reduce_scatter_tensor, orig)
 
 
 def _wrap_all_to_all(orig, all_to_all_single):
@@ -518,8 +521,7 @@ def _wrap_all_to_all(orig, all_to_all_single):
             out.copy_(piece.view(out.shape))
         return _done_work() if async_op else None
 
-    all_to_all.__torchdevice_wrapped__ = orig
-    return all_to_all
+    return _marked(all_to_all, orig)
 
 
 def _wrap_split_group(orig, new_subgroups_by_enumeration):
@@ -554,17 +556,16 @@ def _wrap_split_group(orig, new_subgroups_by_enumeration):
         )
         return mine
 
-    split_group.__torchdevice_wrapped__ = orig
-    return split_group
+    return _marked(split_group, orig)
 
 
 class _NotCuda(torch.Tensor):
     """A view of a translated tensor that answers ``is_cuda`` False (see :func:`_wrap_broadcast`)."""
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @property
-    def is_cuda(self) -> bool:
+    def is_cuda(self) -> bool:  # type: ignore[override]
         return False
 
 
@@ -587,8 +588,7 @@ def _wrap_broadcast(orig):
             bound.arguments["tensor"] = tensor.as_subclass(_NotCuda)
         return orig(*bound.args, **bound.kwargs)
 
-    broadcast.__torchdevice_wrapped__ = orig
-    return broadcast
+    return _marked(broadcast, orig)
 
 
 def _wrap_available(orig, engine_name: str | None):
@@ -602,8 +602,7 @@ def _wrap_available(orig, engine_name: str | None):
             return True
         return orig(*args, **kwargs)
 
-    available.__torchdevice_wrapped__ = orig
-    return available
+    return _marked(available, orig)
 
 
 def _wrap_init_device_mesh(orig):
@@ -628,8 +627,7 @@ def _wrap_init_device_mesh(orig):
             arguments["backend_override"] = new
         return orig(*bound.args, **bound.kwargs)
 
-    init_device_mesh.__torchdevice_wrapped__ = orig
-    return init_device_mesh
+    return _marked(init_device_mesh, orig)
 
 
 def _wrap_ddp_init(orig):
@@ -655,8 +653,7 @@ def _wrap_ddp_init(orig):
             arguments["output_device"] = output_device
         return orig(*bound.args, **bound.kwargs)
 
-    __init__.__torchdevice_wrapped__ = orig
-    return __init__
+    return _marked(__init__, orig)
 
 
 # -- install -------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ def _delegate(module_name: str, v: View, *names: str) -> tuple[Status, str] | No
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        params = {}
+        params = {}  # type: ignore[assignment]  # (no parameters known)
     kwargs: dict[str, Any] = {}
     if "backend" in params:
         kwargs["backend"] = v.name

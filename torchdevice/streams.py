@@ -20,7 +20,7 @@ import itertools
 import os
 import threading
 import time
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from .backend import EventInterface, StreamInterface, StreamOps, emulated, noop
 from .errors import ConfigError, UnsupportedError
@@ -262,17 +262,18 @@ class HostEvent(EventInterface):
         if self._stream is not None:
             self._stream.synchronize()
 
-    def elapsed_time(self, end_event: "HostEvent") -> float:
+    def elapsed_time(self, end_event: EventInterface) -> float:
         """Milliseconds between this event's record and ``end_event``'s, measured on the host clock.
 
         Raises ``ValueError`` with CUDA's messages (torch's C++ checks are ``TORCH_CHECK_VALUE``;
         seen on an H100) when either event lacks ``enable_timing=True`` or was never recorded.
         """
-        if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
+        end = cast(HostEvent, end_event)  # another backend's event fails here as it did (no _time_ns)
+        if not (self.enable_timing and getattr(end, "enable_timing", False)):
             raise ValueError("Both events must be created with argument 'enable_timing=True'.")
-        if self._time_ns is None or end_event._time_ns is None:
+        if self._time_ns is None or end._time_ns is None:
             raise ValueError("Both events must be recorded before calculating elapsed time.")
-        return (end_event._time_ns - self._time_ns) / 1e6
+        return (end._time_ns - self._time_ns) / 1e6
 
     def __repr__(self) -> str:
         state = "recorded" if self._time_ns is not None else "unrecorded"
@@ -312,8 +313,8 @@ class HostStreamOps(StreamOps):
     override :meth:`synchronize` (MLX calls ``mx.synchronize``).
     """
 
-    Stream: ClassVar[type] = HostStream
-    Event: ClassVar[type] = HostEvent
+    Stream: ClassVar[type[HostStream]] = HostStream
+    Event: ClassVar[type[HostEvent]] = HostEvent
 
     def __init_subclass__(cls, **kwargs):
         # Pair the subclass's own Stream and Event classes (record_event() makes this Event,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, cast
 
 from .backend import (
     STATUS_ATTR,
@@ -179,9 +179,8 @@ def calls(
 
     operation.__doc__ = f"Call {_NS_PLACEHOLDER}.{function}" + ("" if device_arg else " (no device argument)")
     setattr(operation, CALLS_ATTR, function)
-    operation.__torchdevice_calls_status__ = status
-    operation.__torchdevice_calls_note__ = note or f"{_NS_PLACEHOLDER}.{function}"
-    operation.__torchdevice_calls_device__ = device_arg
+    vars(operation).update(__torchdevice_calls_status__=status, __torchdevice_calls_note__=note or
+                           f"{_NS_PLACEHOLDER}.{function}", __torchdevice_calls_device__=device_arg)
     return operation
 
 
@@ -228,7 +227,7 @@ _bound: dict[tuple, type] = {}
 _bound_lock = threading.Lock()
 
 
-def bind_ops(cls: type, ns: NamespaceView) -> type:
+def bind_ops(cls: type[TorchOps], ns: NamespaceView) -> type[TorchOps]:
     """Return ``cls`` specialised to namespace ``ns``: honest tags, real namespace names in notes.
 
     Every ``calls`` operation is re-tagged with ``ns.label`` in its note, or
@@ -288,8 +287,8 @@ class TorchStreams(TorchOps, StreamOps):
 
     def __init__(self, backend: str, ns: NamespaceView):
         super().__init__(backend, ns)
-        self.Stream = getattr(ns, "Stream", None)
-        self.Event = getattr(ns, "Event", None)
+        self.Stream = getattr(ns, "Stream", None)  # type: ignore[misc]  # (the namespace's own classes)
+        self.Event = getattr(ns, "Event", None)  # type: ignore[misc]
 
     current_device = calls("current_device", int)
     set_device = calls("set_device", discard)
@@ -330,7 +329,7 @@ class TorchCollectives(DeviceComm):
 
     def __init__(self, backend: str, device_type: str, dist_backend: str | None):
         super().__init__(backend)
-        self.device_type = device_type
+        self.device_type = device_type  # type: ignore[misc]  # (one class, every namespace's device type)
         self.dist_backend = dist_backend
 
 
@@ -413,18 +412,18 @@ class TorchNamespaceBackend(Backend):
             return bool(self.ns.is_bf16_supported())
 
     # -- families ------------------------------------------------------------------------------
-    def make_ops(self, cls: type) -> Ops:
+    def make_ops(self, cls: type[TorchOps]) -> Ops:
         """Instantiate family class ``cls`` (a :class:`TorchOps`) bound to this namespace."""
         return bind_ops(cls, self.ns)(self.name, self.ns)
 
     def memory(self) -> MemoryOps:
-        return self.make_ops(self.memory_class)
+        return cast(MemoryOps, self.make_ops(self.memory_class))
 
     def streams(self) -> StreamOps:
-        return self.make_ops(self.streams_class)
+        return cast(StreamOps, self.make_ops(self.streams_class))
 
     def rng(self) -> RNGOps:
-        return self.make_ops(self.rng_class)
+        return cast(RNGOps, self.make_ops(self.rng_class))
 
     def collectives(self) -> CollectiveOps:
         return self.collectives_class(self.name, self.device_type, self.dist_backend)
@@ -472,5 +471,5 @@ class FirstThreadDefaultStream:
         cache = self.__dict__.setdefault("_default_streams", {})
         stream = cache.get(index)
         if stream is None:
-            stream = cache[index] = first_thread_stream(self, index)
+            stream = cache[index] = first_thread_stream(cast(TorchStreams, self), index)
         return stream

@@ -18,6 +18,7 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from types import FrameType
 
 logger = logging.getLogger("torchdevice")
 
@@ -55,7 +56,7 @@ def _call_site(depth: int = 2) -> tuple[str, int]:
     global _SKIP
     if not _SKIP:
         _SKIP = _skip_prefixes()
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIP):
@@ -99,7 +100,7 @@ def configure_logging(level: str | None = None) -> None:
     if not any(getattr(h, "_torchdevice", False) for h in logger.handlers):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("torchdevice %(levelname)s: %(message)s"))
-        handler._torchdevice = True
+        setattr(handler, "_torchdevice", True)  # noqa: B010  (marks our handler, for the check above)
         logger.addHandler(handler)
     logger.setLevel(level.upper())
     _log_on = logger.isEnabledFor(logging.DEBUG)

@@ -30,7 +30,7 @@ import contextlib
 import importlib
 import os
 import threading
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, cast
 
 from . import boundary, router
 from ._patching import Patcher
@@ -149,9 +149,10 @@ def patch(*, report_available: bool | None = None, source: str | None = None) ->
         if source is not None:
             source = check_source(source)
         if _patcher is not None:
-            if (report_available is None or report_available == _target.report_available) and (
-                    source is None or source == _target.source):
-                return _target
+            current = cast(Target, _target)  # set together with _patcher
+            if (report_available is None or report_available == current.report_available) and (
+                    source is None or source == current.source):
+                return current
             if report_available is None:
                 report_available = _options.get("report_available")
             if source is None:

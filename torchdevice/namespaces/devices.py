@@ -1,7 +1,7 @@
 """``torch.<ns>`` device functions: availability, counts, the current device, properties."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from .. import router
 from ..errors import UnsupportedError
@@ -110,7 +110,7 @@ def build_device(fx: Facade, ns: str, name: str) -> type:
             if target != self.prev_idx:
                 set_device_op(target)
 
-        def __exit__(self, *exc) -> bool:
+        def __exit__(self, *exc) -> Literal[False]:
             if self.prev_idx >= 0:
                 self.idx = current()
                 if self.idx != self.prev_idx:
@@ -131,7 +131,7 @@ def build_device_of(fx: Facade, ns: str, name: str) -> type:
     device_cls = fx.state[f"{ns}.device"]
     device_type = fx.target.device_type
 
-    class device_of(device_cls):
+    class device_of(device_cls):  # type: ignore[misc,valid-type]  # (this install's device class)
         """Context manager that makes the device of ``obj`` (a tensor or storage) current."""
 
         def __init__(self, obj):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -14,7 +14,7 @@ from .. import trace as _trace
 from .nvtx import _nvtx_state
 from .rules import NATIVE, TRANSLATED, UNSUPPORTED, View
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
-from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Facade, Spec
+from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Builder, Facade, Spec
 from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
 
 _installed: dict | None = None
@@ -55,7 +55,7 @@ def _install_backends_flags(patcher, fx: Facade, view: View, ns: str, objects: d
         # MPS-written code asks torch.backends.mps.is_available() before choosing "mps"
         status_, note = SPECS["is_available"].rule(view, ns)
         built = _wrap(f"torch.backends.{ns}.is_available", status_, note,
-                      SPECS["is_available"].build(fx, ns, "is_available"), "is_available")
+                      cast(Builder, SPECS["is_available"].build)(fx, ns, "is_available"), "is_available")
         patcher.set(flags, "is_available", boundary.split(built, patcher.get(flags, "is_available")))
     real_is_built = patcher.get(flags, "is_built", None)
     if real_is_built is None:
@@ -128,7 +128,7 @@ def _install_get_device_module(patcher, target, view: View) -> None:
     original = torch.get_device_module
     sources = target.sources
     api = "torch.get_device_module"
-    how = "{}: {}".format(*api_status(view, api))
+    how = "{}: {}".format(*cast("tuple[object, str]", api_status(view, api)))
 
     def get_device_module(device=None):
         if device.__class__ is str:
@@ -148,7 +148,7 @@ def _install_nvtx(patcher, fx: Facade, view: View) -> None:
     for name in ("range_push", "range_pop", "range_start", "range_end", "mark", "range"):
         spec = NVTX_SPECS[name]
         status_, note = spec.rule(view, "cuda")
-        built = spec.build(fx, "cuda", name)
+        built = cast(Builder, spec.build)(fx, "cuda", name)  # every nvtx row has a builder
         fx.state[f"nvtx.{name}"] = built
         obj = _wrap(f"torch.cuda.nvtx.{name}", status_, note, built, name)
         patcher.set(nvtx, name, obj)

@@ -50,6 +50,14 @@ class View:
 Rule = Callable[[View, str], "tuple[Status, str]"]
 
 
+def _reading(rule: Rule, uses: tuple[tuple[str, str], ...], optional: tuple[str, str] | None = None) -> Rule:
+    """``rule``, marked with the backend operations it reads (``rule.uses``; an optional op: ``rule.optional``)."""
+    rule.uses = uses  # type: ignore[attr-defined]
+    if optional is not None:
+        rule.optional = optional  # type: ignore[attr-defined]
+    return rule
+
+
 def _fmt(text: str, view: View, ns: str) -> str:
     return text.format(ns=ns, backend=view.name, device_type=view.device_type)
 
@@ -63,8 +71,7 @@ def op_rule(family: str, op: str, how: str = "") -> Rule:
             return status, note
         return status, f"{_fmt(how, view, ns)}; {family}.{op}: {note}" if note else _fmt(how, view, ns)
 
-    rule.uses = ((family, op),)
-    return rule
+    return _reading(rule, ((family, op),))
 
 
 def all_of(*pairs: tuple[str, str], how: str = "") -> Rule:
@@ -79,8 +86,7 @@ def all_of(*pairs: tuple[str, str], how: str = "") -> Rule:
         text = _fmt(how, view, ns) if how else ""
         return status, f"{text}; {pairs[0][0]}.{pairs[0][1]}: {note}" if text and note else (text or note)
 
-    rule.uses = pairs
-    return rule
+    return _reading(rule, pairs)
 
 
 def declared(status: Status, note: str) -> Rule:
@@ -89,8 +95,7 @@ def declared(status: Status, note: str) -> Rule:
     def rule(view: View, ns: str) -> tuple[Status, str]:
         return status, _fmt(note, view, ns)
 
-    rule.uses = ()
-    return rule
+    return _reading(rule, ())
 
 
 def when_op(family: str, op: str, expect: Status, then: tuple[Status, str], otherwise: str) -> Rule:
@@ -102,8 +107,7 @@ def when_op(family: str, op: str, expect: Status, then: tuple[Status, str], othe
             return then[0], _fmt(then[1], view, ns)
         return UNSUPPORTED, _fmt(otherwise, view, ns)
 
-    rule.uses = ((family, op),)
-    return rule
+    return _reading(rule, ((family, op),))
 
 
 def stream_class_rule(attr: str) -> Rule:
@@ -124,8 +128,7 @@ def stream_class_rule(attr: str) -> Rule:
             )
         return TRANSLATED, f"the backend's own {attr} class ({cls.__module__}.{cls.__qualname__})"
 
-    rule.uses = ()
-    return rule
+    return _reading(rule, ())
 
 
 def _has_op(view: View, family: str, op: str) -> bool:
@@ -146,6 +149,4 @@ def optional_op(family: str, op: str, fallback: Rule) -> Rule:
             return view.op(family, op)
         return fallback(view, ns)
 
-    rule.uses = ((family, op),)
-    rule.optional = (family, op)
-    return rule
+    return _reading(rule, ((family, op),), optional=(family, op))

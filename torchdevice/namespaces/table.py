@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple, Union
 
 from ..errors import InvalidDeviceError
 from ..vocabulary import SOURCE_FAMILIES, parse_index
-from .rules import NATIVE, UNSUPPORTED, Rule, declared, optional_op
+from .rules import NATIVE, UNSUPPORTED, Rule, View, declared, optional_op
 
 #: The namespaces torchdevice fronts, by device type: one per source family.
 NAMESPACES = SOURCE_FAMILIES
@@ -111,19 +111,9 @@ def where(api: str) -> str:
     if spec is None:
         raise KeyError(f"{api!r} is not declared in torchdevice.namespaces (SPECS/NVTX_SPECS)")
     build = spec.build
-    builder = "no builder: " + str(spec.rule(_DeclarationView(), "cuda")[0]) if build is None else (
+    builder = "no builder: " + str(spec.rule(View("?", "?", None, None, None), "cuda")[0]) if build is None else (
         f"{build.__module__}.{build.__qualname__}")
     return f"{spec.declared_at} ({builder})"
-
-
-class _DeclarationView:
-    """A backend with no operations: enough to read a declared (not derived) status in :func:`where`."""
-
-    name = device_type = "?"
-    memory = streams = rng = collectives = None
-
-    def op(self, family: str, name: str) -> tuple[Any, str]:
-        return UNSUPPORTED, ""
 
 
 #: Optional operations a plugin may define on its Ops subclasses, and how they are called.
@@ -150,15 +140,19 @@ def _build_optional(fx: Facade, name: str, build: Builder | None) -> Callable[..
     family, call = OPTIONAL_OPS[name]
     op = getattr(getattr(fx, family), name)
     index = fx.index
+    impl: Callable[..., Any]
     if call == "device":
-        def impl(device=None):
+        def device_impl(device=None):
             return op(index(device))
+        impl = device_impl
     elif call == "pair":
-        def impl(device, peer_device):
+        def pair_impl(device, peer_device):
             return op(index(device), index(peer_device))
+        impl = pair_impl
     else:
-        def impl():
+        def no_argument_impl():
             return op()
+        impl = no_argument_impl
     impl.__name__ = impl.__qualname__ = name
     return impl
 

@@ -49,7 +49,7 @@ def _code_shape(fn: types.FunctionType) -> tuple[tuple[tuple[str, Any, bool], ..
     defaults = list(fn.__defaults__ or ())
     kwdefaults = fn.__kwdefaults__ or {}
     first_default = n_pos - len(defaults)
-    shape = [(names[i], P.POSITIONAL_ONLY if i < code.co_posonlyargcount else P.POSITIONAL_OR_KEYWORD,
+    shape: list[tuple[str, Any, bool]] = [(names[i], P.POSITIONAL_ONLY if i < code.co_posonlyargcount else P.POSITIONAL_OR_KEYWORD,
               i >= first_default) for i in range(n_pos)]
     at = n_pos + n_kw
     if code.co_flags & inspect.CO_VARARGS:
@@ -69,7 +69,9 @@ def _factory(shape: tuple) -> Callable:
     if factory is not None:
         return factory
     P = inspect.Parameter
-    params, args, defaults = [], [], []
+    params: list[str] = []
+    args: list[str] = []
+    defaults: list[str] = []
     for name, kind, has_default in shape:
         default = ""
         if has_default:
@@ -151,7 +153,7 @@ def _unsupported_class(api: str, backend: str, instead: str, name: str) -> type:
 
 def _traced_class(cls: type, api: str, status_: Status, note: str) -> type:
     """Give a facade class a trace note at construction, without changing its identity."""
-    init = cls.__init__
+    init = cls.__init__  # type: ignore[misc]
     how = f"{status_}: {note}" if note else str(status_)
 
     @functools.wraps(init)
@@ -160,6 +162,6 @@ def _traced_class(cls: type, api: str, status_: Status, note: str) -> type:
             _trace.note(api, how)
         init(self, *args, **kwargs)
 
-    cls.__init__ = __init__
+    cls.__init__ = __init__  # type: ignore[misc]
     setattr(cls, STATUS_ATTR, (status_, note))
     return cls

@@ -178,7 +178,8 @@ def _available_or_none(plugin) -> bool:
 def check_tags(plugin) -> str:
     """Every operation of every family carries a status tag (native/translated/emulated/no-op/unsupported);
     checked without hardware too."""
-    untagged, counts = [], collections.Counter()
+    untagged: list[str] = []
+    counts: collections.Counter[str] = collections.Counter()
     for family, ops in _families_without_hardware(plugin).items():
         for op in type(ops).operations():
             fn = getattr(type(ops), op)

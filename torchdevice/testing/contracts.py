@@ -110,7 +110,7 @@ class NamespaceContract:
     to the namespace and the conversions, not behaviour on hardware.
     """
 
-    backend_class: type = None
+    backend_class: Any = None  #: the plugin's TorchNamespaceBackend subclass, set by the test class
     namespace: str = ""
     index: int = 1
     devices: int = 2
@@ -133,7 +133,7 @@ class NamespaceContract:
         return self.make({"_is_compiled": False})[0]
 
     def expectations(self) -> list[Expect]:
-        table = torch_namespace_contract(self.index)
+        table: dict[str, Expect | None] = dict(torch_namespace_contract(self.index))
         table.update(self.overrides)
         return [e for op, e in table.items() if e is not None and op not in self.unsupported_ops]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any
+from typing import Any, Callable, cast
 
 from .. import hookspecs
 from ..backend import (
@@ -63,7 +63,7 @@ def _members(cls) -> list[tuple[str, Any]]:
 
 def _member_lines(name: str, value) -> list[str]:
     if isinstance(value, property):
-        fn = value.fget
+        fn = cast(Callable[..., Any], value.fget)
         returns = inspect.signature(fn).return_annotation
         head = name + ("" if returns is inspect.Signature.empty else f" -> {_annotation(returns)}") + "` (property)"
         head = "`" + head

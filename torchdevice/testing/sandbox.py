@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Iterator
+from typing import Iterator, cast
 
 from .. import plugins, router
 from ..backend import (
@@ -63,7 +63,7 @@ def registered(plugin, name: str | None = None) -> Iterator[str]:
     plugins.load()
     with router_sandbox():
         if plugins.pm.is_registered(plugin):
-            yield plugins.pm.get_name(plugin)
+            yield cast(str, plugins.pm.get_name(plugin))
             return
         mine = set(_declared_names(plugin))
         displaced = []
