@@ -184,6 +184,63 @@ def test_the_checker_sees_a_cycle(tmp_path):
     assert cycles({m: top[m] | deferred[m] for m in top}) == [["pkg.a", "pkg.b"]]
 
 
+# -- the layers of docs/architecture.md ---------------------------------------------------------------
+
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def layer_map() -> list[tuple[str, list[str]]]:
+    """``[(layer, [module patterns])]``, lowest first, from the table after the layer-map marker of
+    docs/architecture.md: ``streams`` is ``torchdevice.streams``, ``namespaces/`` the subpackage and
+    its modules, ``__init__`` the package itself."""
+    lines = DOC.read_text(encoding="utf-8").split("<!-- layer map:", 1)[1].splitlines()[1:]
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            if rows:
+                break
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
+            continue
+        rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
+    return rows
+
+
+def _layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int | None:
+    relative = module.partition(".")[2]
+    for index, (_, patterns) in enumerate(layers):
+        for pattern in patterns:
+            if pattern == "__init__" and not relative:
+                return index
+            name = pattern.rstrip("/").replace("/", ".")
+            if relative == name or (pattern.endswith("/") and relative.startswith(name + ".")):
+                return index
+    return None
+
+
+def test_every_module_has_a_layer_in_docs_architecture():
+    layers = layer_map()
+    assert [name for name, _ in layers][:2] == ["foundation", "backend API"] and len(layers) >= 6
+    unplaced = [m for m in _modules(CORE) if _layer_of(m, layers) is None]
+    assert not unplaced, f"place these modules in a layer of the table in docs/architecture.md: {unplaced}"
+
+
+def test_imports_never_climb_a_layer():
+    layers = layer_map()
+    top, deferred = import_graph(CORE)
+    climbing = []
+    for source in top:
+        for target in sorted(top[source] | deferred[source]):
+            if source.startswith(target + "."):
+                continue  # a parent package: already initialised, reading a name from it loads nothing
+            low, high = _layer_of(source, layers), _layer_of(target, layers)
+            if low is not None and high is not None and high > low:
+                where = "" if target in top[source] else " (inside a function)"
+                climbing.append(f"{source} ({layers[low][0]}) -> {target} ({layers[high][0]}){where}")
+    assert not climbing, "imports going up the layers of docs/architecture.md:\n    " + "\n    ".join(climbing)
+
+
 # -- the project stands on its own files ---------------------------------------------------------------
 
 #: Things that lived outside the repository once; nothing may refer to them.
