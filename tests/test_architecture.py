@@ -191,8 +191,8 @@ DOC = ROOT / "docs" / "architecture.md"
 
 def layer_map() -> list[tuple[str, list[str]]]:
     """``[(layer, [module patterns])]``, lowest first, from the table after the layer-map marker of
-    docs/architecture.md: ``streams`` is ``torchdevice.streams``, ``namespaces/`` the subpackage and
-    its modules, ``__init__`` the package itself."""
+    docs/architecture.md: ``streams`` is ``torchdevice.streams`` (and its modules, were it to become a
+    package), ``namespaces/`` the subpackage and its modules, ``__init__`` the package itself."""
     lines = DOC.read_text(encoding="utf-8").split("<!-- layer map:", 1)[1].splitlines()[1:]
     rows = []
     for line in lines:
@@ -214,7 +214,7 @@ def _layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int | None:
             if pattern == "__init__" and not relative:
                 return index
             name = pattern.rstrip("/").replace("/", ".")
-            if relative == name or (pattern.endswith("/") and relative.startswith(name + ".")):
+            if relative == name or relative.startswith(name + "."):  # a module, or a package and its modules
                 return index
     return None
 
