@@ -27,7 +27,7 @@ from torchdevice.testing import _render_signature, hook_reference_is_current, ho
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
 #: The modules holding every family implementation this repository ships, first-party plugins and the sample.
-IMPLEMENTATIONS = ("torchdevice.cpu", "torchdevice.comm", "torchdevice.streams", "torchdevice.torch_backend",
+IMPLEMENTATIONS = ("torchdevice.cpu", "torchdevice.collectives", "torchdevice.streams", "torchdevice.torch_backend",
                    "torchdevice_cuda", "torchdevice_mps", "torchdevice_mtia", "torchdevice_xpu",
                    "torchdevice_mlx.backend", "torchdevice_simchip")
 

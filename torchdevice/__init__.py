@@ -1,12 +1,16 @@
 """torchdevice: run accelerator-specific PyTorch code on whatever accelerator is here.
 
 The core is a router over pluggy plugins (:mod:`torchdevice.hookspecs`). Each
-backend -- CUDA, MPS, XPU, MTIA, MLX, and the built-in CPU -- is a plugin; the
-router picks the highest-priority available one, or the one named by
-:func:`use` or ``TORCHDEVICE_BACKEND``. The functions re-exported here are a
-device-agnostic API over the active backend (see :mod:`torchdevice.api`).
+backend -- CUDA, MPS, XPU, MTIA, MLX, and the built-in CPU -- is declared by a
+plugin (the CPU one by the built-in plugin, through the same hooks); the router
+picks the highest-priority available one, or the one named by :func:`use` or
+``TORCHDEVICE_BACKEND``. The functions re-exported here are a device-agnostic
+API over the active backend (see :mod:`torchdevice.api`). ``docs/architecture.md``
+maps the package's layers.
 """
 from __future__ import annotations
+
+from typing import Literal
 
 __version__ = "1.0.0"
 
@@ -56,7 +60,7 @@ class use:
     def __enter__(self) -> "use":
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         _router.use(self._previous)
         return False
 

@@ -179,7 +179,7 @@ def install(patcher, target) -> None:
         f"translated: torch.autocast({tt!r}), default dtype {default_desc}" if available
         else f"unsupported: backend {target.backend!r} has no autocast; runs disabled"
     )
-    warned = []
+    warned: list[bool] = []
 
     supported = _supported_dtypes(tt) if available else ()
 

@@ -8,14 +8,14 @@ index beyond the device count raises :class:`~torchdevice.errors.InvalidDeviceEr
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch.types import Device
 
 from . import router
 from .backend import DeviceProperties
-from .streams import parse_index
+from .vocabulary import parse_index
 
 active = router.active
 
@@ -348,7 +348,7 @@ def get_per_process_memory_fraction(device: Device = None) -> float:
 # -- streams and events ----------------------------------------------------------------
 
 
-def current_stream(device: Device = None):
+def current_stream(device: Device = None) -> Any:
     """Return this thread's current stream on ``device``.
 
     Example::
@@ -359,7 +359,7 @@ def current_stream(device: Device = None):
     return active().streams.current_stream(_index(device))
 
 
-def default_stream(device: Device = None):
+def default_stream(device: Device = None) -> Any:
     """Return the default stream of ``device``, shared by all threads.
 
     Example::
@@ -370,7 +370,7 @@ def default_stream(device: Device = None):
     return active().streams.default_stream(_index(device))
 
 
-def set_stream(stream) -> None:
+def set_stream(stream: Any) -> None:
     """Make ``stream`` this thread's current stream on its device.
 
     Example::
@@ -381,7 +381,7 @@ def set_stream(stream) -> None:
 
 
 @contextlib.contextmanager
-def stream(stream) -> Iterator[Any]:
+def stream(stream: Any) -> Iterator[Any]:
     """Context manager that makes ``stream`` current (and its device), then restores both.
 
     ``None`` leaves everything unchanged, as ``torch.cuda.stream(None)``.
@@ -500,7 +500,7 @@ def get_rng_state_all() -> list[torch.Tensor]:
     return [backend.rng.get_rng_state(i) for i in range(backend.device_count)]
 
 
-def set_rng_state_all(new_states) -> None:
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
     """Restore every device's generator from :func:`get_rng_state_all`.
 
     Example::

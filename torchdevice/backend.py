@@ -508,7 +508,11 @@ class CollectiveOps(Ops):
     ``dist_backend`` names the ``torch.distributed`` engine that carries this
     backend's tensors across processes (``"gloo"``, ``"nccl"``, ``"xccl"`` ...;
     ``None`` when there is none); ``torchdevice.dist_backend()`` returns it.
-    The router never maps backends to engines itself:
+    It is read from this object only: declare it as a class attribute of
+    your subclass (``dist_backend = "nccl"``); a
+    :class:`~torchdevice.torch_backend.TorchNamespaceBackend` hands its own
+    ``dist_backend`` to the collectives object it builds. The router never
+    maps backends to engines itself:
     :mod:`torchdevice.distributed` asks this object.
 
     The operations are ``torch.cuda.comm``'s single-process, multi-device
@@ -516,13 +520,13 @@ class CollectiveOps(Ops):
     every device argument arrives resolved to a valid ``int`` index of this
     backend (``-1``: host memory, for ``gather``'s destination), and
     exactly one of ``devices`` and ``out`` is given where both exist.
-    :class:`torchdevice.comm.DeviceComm` implements all six with torch
-    operations for any device type; :class:`torchdevice.comm.NativeCUDAComm`
+    :class:`torchdevice.collectives.DeviceComm` implements all six with torch
+    operations for any device type; :class:`torchdevice.collectives.NativeCUDAComm`
     passes them through to ``torch.cuda.comm``.
     """
 
     family = "collectives"
-    dist_backend: ClassVar[str | None] = None
+    dist_backend: str | None = None
 
     @unsupported_by_default
     def broadcast(

@@ -56,10 +56,10 @@ def _info(args) -> int:
                 print(f"{r.name.ljust(width)}  {r.description}")
         if frameworks:
             print()
-            rows = [("integration", "plugin", "status", "framework")] + [(n, p, st, f) for n, p, f, st in frameworks]
-            widths = [max(len(row[i]) for row in rows) for i in range(3)]
-            for row in rows:
-                print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+            lines = [("integration", "plugin", "status", "framework")] + [(n, p, st, f) for n, p, f, st in frameworks]
+            widths = [max(len(line[i]) for line in lines) for i in range(3)]
+            for line in lines:
+                print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1])
         for problem in problems:
             print(f"problem: {problem}")
     if error:

@@ -80,7 +80,7 @@ from .backend import (
     translated,
     unsupported,
 )
-from .comm import DeviceComm
+from .collectives import DeviceComm
 from .errors import UnsupportedError
 from .streams import HostStreamOps, host_device_count
 

@@ -47,9 +47,9 @@ import torch.utils.data
 from . import trace
 from .boundary import in_torch
 from .errors import InvalidDeviceError
+from .vocabulary import RealDevice as _Device
 
-_Device = torch.device  # the real classes, captured before any patch
-_Generator = torch.Generator
+_Generator = torch.Generator  # the real class, captured before any patch
 
 #: torch functions taking ``device=`` that are patched (those present in this torch).
 FACTORIES = (

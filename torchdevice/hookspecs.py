@@ -5,7 +5,7 @@ A plugin is any object or module registered under the entry-point group
 implements some of the hooks below with ``@torchdevice.hookimpl``; most plugins
 subclass :class:`torchdevice.backend.Backend`, which implements all of them.
 
-Five families, as in the design card:
+Five families, one hook each (the operation families of :mod:`torchdevice.backend`):
 
 * device discovery: :func:`torchdevice_backends`, :func:`torchdevice_availability`,
   :func:`torchdevice_device_count`, :func:`torchdevice_device_properties`;
@@ -27,11 +27,11 @@ override one family of another plugin's backend).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import pluggy
 
-if TYPE_CHECKING:  # annotations only: the hookspecs import nothing of torchdevice at run time
+if TYPE_CHECKING:  # the hooks' argument and result types (backend imports this module for hookimpl)
     from .backend import Availability, BackendSpec, CollectiveOps, DeviceProperties, MemoryOps, RNGOps, StreamOps
     from .integrations import Integration
 
@@ -45,7 +45,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def torchdevice_backends() -> list[BackendSpec]:
+def torchdevice_backends() -> Sequence[BackendSpec] | None:
     """Declare the backends this plugin provides.
 
     Called once per discovery, for every plugin. Returns a list of
@@ -143,7 +143,7 @@ def torchdevice_collectives(name: str) -> CollectiveOps | None:
 
 
 @hookspec
-def torchdevice_integrations() -> list[Integration]:
+def torchdevice_integrations() -> Sequence[Integration] | None:
     """Declare framework integrations: objects adapting a framework's own CUDA checks to the target.
 
     Called when translation turns on (:func:`torchdevice.patch`), for every

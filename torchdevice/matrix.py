@@ -54,10 +54,11 @@ from typing import Any
 from . import catalog, namespaces, plugins, router
 from .backend import Status
 from .namespaces import View
+from .vocabulary import SOURCE_FAMILIES
 
 #: The project's own backends, in the order the matrix shows them (others follow, by name).
 PROJECT_BACKENDS = ("cpu", "mlx", "cuda", "mps", "xpu", "mtia")
-SOURCE_TYPES = namespaces.NAMESPACES
+SOURCE_TYPES = SOURCE_FAMILIES  # its old name here
 
 STATUS_ORDER = (Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, Status.UNSUPPORTED)
 LEGEND = {
@@ -166,7 +167,7 @@ def _delegate(module_name: str, v: View, *names: str) -> tuple[Status, str] | No
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        params = {}
+        params = {}  # type: ignore[assignment]  # (no parameters known)
     kwargs: dict[str, Any] = {}
     if "backend" in params:
         kwargs["backend"] = v.name

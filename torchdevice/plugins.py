@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import pluggy
 
@@ -287,10 +287,18 @@ def unregister(name: str) -> None:
     _changed()
 
 
-def _changed() -> None:
-    from . import router  # the router caches hook results; a new plugin set invalidates them
+_listeners: list[Callable[[], None]] = []
 
-    router.invalidate()
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` after a plugin is registered or unregistered (the router subscribes: it
+    caches hook results, which a new plugin set invalidates)."""
+    _listeners.append(listener)
+
+
+def _changed() -> None:
+    for listener in list(_listeners):
+        listener()
 
 
 def call_each(hook: str, errors: list | None = None, skip=frozenset(), **kwargs):

@@ -15,7 +15,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from . import plugins
 from .backend import (
@@ -115,6 +115,9 @@ def invalidate() -> None:
 def on_change(listener: Callable[[], None]) -> None:
     """Call ``listener()`` whenever the active backend may have changed."""
     _listeners.append(listener)
+
+
+plugins.on_change(invalidate)  # a new plugin set invalidates every cached hook result
 
 
 _priority_error: ConfigError | None = None  # a malformed TORCHDEVICE_PRIORITY, raised only by automatic selection
@@ -244,22 +247,22 @@ def _discover_loaded() -> dict[str, BackendRecord]:
         # plugins that never declared a backend because they broke: report them too
         failed = {"import": "failed to import", "validate": "failed validation",
                   "torchdevice_backends": "raised in torchdevice_backends"}
-        for problem in plugins.problems:
-            if problem.stage not in failed or problem.plugin in records:
+        for failure in plugins.problems:
+            if failure.stage not in failed or failure.plugin in records:
                 continue
-            if problem.stage == "torchdevice_backends" and not plugins.pm.has_plugin(problem.plugin):
+            if failure.stage == "torchdevice_backends" and not plugins.pm.has_plugin(failure.plugin):
                 continue  # recorded before the plugin was unregistered
-            info = plugins.plugin_info.get(problem.plugin)
-            records[problem.plugin] = BackendRecord(
-                name=problem.plugin,
-                plugin=problem.plugin,
-                distribution=info.distribution if info else None,
-                version=info.version if info else None,
+            known = plugins.plugin_info.get(failure.plugin)
+            records[failure.plugin] = BackendRecord(
+                name=failure.plugin,
+                plugin=failure.plugin,
+                distribution=known.distribution if known else None,
+                version=known.version if known else None,
                 device_type=None,
                 priority=None,
                 available=False,
-                reason=f"plugin {failed[problem.stage]}: {problem.error}",
-                problems=[str(problem)],
+                reason=f"plugin {failed[failure.stage]}: {failure.error}",
+                problems=[str(failure)],
             )
         return records
 
@@ -300,7 +303,7 @@ def _candidates() -> list[tuple[str, str]]:
         raise _priority_error
     ranked = sorted(
         (r for r in records.values() if r.available and r.automatic and r.device_type is not None),
-        key=lambda r: -r.priority,
+        key=lambda r: -(r.priority or 0),  # declared backends all have one
     )
     return [(r.name, "priority") for r in ranked]
 
@@ -336,7 +339,7 @@ def _resolve(name: str) -> ActiveBackend:
         why = f"torchdevice_device_count of plugin {owner!r} returned {found['device_count']}, not at least 1"
         plugins.report(plugins.Problem(owner, "torchdevice_device_count", why))
         raise BackendUnavailableError(name, why, [])
-    spec = BackendSpec(name, record.device_type, record.priority)
+    spec = BackendSpec(name, cast(str, record.device_type), cast(int, record.priority))  # a declared backend's
     return ActiveBackend(spec, int(found["device_count"]), found["memory"], found["streams"], found["rng"],
                          found["collectives"], owner=owner)
 

@@ -307,7 +307,7 @@ def _prepare_module(name: str, argv: list[str]):
 
     _set_path0(os.getcwd())
     try:
-        mod_name, spec, code = runpy._get_module_details(name, ImportError)
+        mod_name, spec, code = runpy._get_module_details(name, ImportError)  # type: ignore[attr-defined]
     except ImportError as exc:
         print(f"torchdevice run: {exc}", file=sys.stderr)
         return 1

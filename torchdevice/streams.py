@@ -20,14 +20,11 @@ import itertools
 import os
 import threading
 import time
-from typing import ClassVar
-
-import torch
+from typing import ClassVar, cast
 
 from .backend import EventInterface, StreamInterface, StreamOps, emulated, noop
-from .errors import ConfigError, InvalidDeviceError, UnsupportedError
-
-_DeviceClass = torch.device  # bound at import, before any translation patch
+from .errors import ConfigError, UnsupportedError
+from .vocabulary import RealDevice, index_in, parse_index  # noqa: F401  (index_in: re-exported, its old home)
 
 _state = threading.local()
 _default_streams: dict[tuple[str, int], "HostStream"] = {}
@@ -78,40 +75,6 @@ def host_device_count() -> int:
         return max(1, int(raw))
     except ValueError:
         return 1
-
-
-def index_in(device) -> int | None:
-    """The index a str/``torch.device``-like names (``"cuda:1"`` -> 1, ``"cuda"`` -> None).
-
-    A malformed string raises torch's own ``RuntimeError`` naming it.
-    """
-    dev = _DeviceClass(device) if isinstance(device, str) else device  # (str has an .index method)
-    return dev.index
-
-
-def parse_index(device, current: int, count: int, backend: str) -> int:
-    """Turn ``None``/int/str/``torch.device`` into a valid device index of ``backend``.
-
-    ``None``, a negative int, or a device without index mean the current
-    device. An index outside ``0..count-1`` raises :class:`InvalidDeviceError`.
-    A malformed string raises torch's own ``RuntimeError`` naming it.
-    """
-    if device is None:
-        index = current
-    elif isinstance(device, bool):
-        raise TypeError(f"expected a device index, str or torch.device, got {device!r}")
-    elif isinstance(device, int):
-        index = current if device < 0 else device
-    elif isinstance(device, (str, _DeviceClass)) or hasattr(device, "index"):
-        named = index_in(device)
-        index = current if named is None else named
-    else:
-        raise TypeError(
-            f"expected a device index, str or torch.device, got {type(device).__name__} {device!r}"
-        )
-    if not 0 <= index < count:
-        raise InvalidDeviceError(index, count, backend)
-    return index
 
 
 def _stacks() -> dict:
@@ -183,8 +146,8 @@ class HostStream(StreamInterface):
         :class:`torchdevice.backend.StreamOps`). Otherwise ``torch.device(device_type, device_index)``.
         """
         if self.device_type == "cpu":
-            return _DeviceClass("cpu")
-        return _DeviceClass(self.device_type, self.device_index)
+            return RealDevice("cpu")
+        return RealDevice(self.device_type, self.device_index)
 
     @staticmethod
     def priority_range() -> tuple[int, int]:
@@ -299,17 +262,18 @@ class HostEvent(EventInterface):
         if self._stream is not None:
             self._stream.synchronize()
 
-    def elapsed_time(self, end_event: "HostEvent") -> float:
+    def elapsed_time(self, end_event: EventInterface) -> float:
         """Milliseconds between this event's record and ``end_event``'s, measured on the host clock.
 
         Raises ``ValueError`` with CUDA's messages (torch's C++ checks are ``TORCH_CHECK_VALUE``;
         seen on an H100) when either event lacks ``enable_timing=True`` or was never recorded.
         """
-        if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
+        end = cast(HostEvent, end_event)  # another backend's event fails here as it did (no _time_ns)
+        if not (self.enable_timing and getattr(end, "enable_timing", False)):
             raise ValueError("Both events must be created with argument 'enable_timing=True'.")
-        if self._time_ns is None or end_event._time_ns is None:
+        if self._time_ns is None or end._time_ns is None:
             raise ValueError("Both events must be recorded before calculating elapsed time.")
-        return (end_event._time_ns - self._time_ns) / 1e6
+        return (end._time_ns - self._time_ns) / 1e6
 
     def __repr__(self) -> str:
         state = "recorded" if self._time_ns is not None else "unrecorded"
@@ -349,8 +313,8 @@ class HostStreamOps(StreamOps):
     override :meth:`synchronize` (MLX calls ``mx.synchronize``).
     """
 
-    Stream: ClassVar[type] = HostStream
-    Event: ClassVar[type] = HostEvent
+    Stream: ClassVar[type[HostStream]] = HostStream
+    Event: ClassVar[type[HostEvent]] = HostEvent
 
     def __init_subclass__(cls, **kwargs):
         # Pair the subclass's own Stream and Event classes (record_event() makes this Event,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, cast
 
 from .backend import (
     CUDA_PROPERTY_FIELDS,
@@ -57,7 +57,7 @@ from .backend import (
     translated,
     unsupported,
 )
-from .comm import DeviceComm
+from .collectives import DeviceComm
 from .errors import UnsupportedError
 
 __all__ = [
@@ -180,9 +180,8 @@ def calls(
 
     operation.__doc__ = f"Call {_NS_PLACEHOLDER}.{function}" + ("" if device_arg else " (no device argument)")
     setattr(operation, CALLS_ATTR, function)
-    operation.__torchdevice_calls_status__ = status
-    operation.__torchdevice_calls_note__ = note or f"{_NS_PLACEHOLDER}.{function}"
-    operation.__torchdevice_calls_device__ = device_arg
+    vars(operation).update(__torchdevice_calls_status__=status, __torchdevice_calls_note__=note or
+                           f"{_NS_PLACEHOLDER}.{function}", __torchdevice_calls_device__=device_arg)
     return operation
 
 
@@ -229,7 +228,7 @@ _bound: dict[tuple, type] = {}
 _bound_lock = threading.Lock()
 
 
-def bind_ops(cls: type, ns: NamespaceView) -> type:
+def bind_ops(cls: type[TorchOps], ns: NamespaceView) -> type[TorchOps]:
     """Return ``cls`` specialised to namespace ``ns``: honest tags, real namespace names in notes.
 
     Every ``calls`` operation is re-tagged with ``ns.label`` in its note, or
@@ -289,8 +288,8 @@ class TorchStreams(TorchOps, StreamOps):
 
     def __init__(self, backend: str, ns: NamespaceView):
         super().__init__(backend, ns)
-        self.Stream = getattr(ns, "Stream", None)
-        self.Event = getattr(ns, "Event", None)
+        self.Stream = getattr(ns, "Stream", None)  # type: ignore[misc]  # (the namespace's own classes)
+        self.Event = getattr(ns, "Event", None)  # type: ignore[misc]
 
     current_device = calls("current_device", int)
     set_device = calls("set_device", discard)
@@ -326,12 +325,12 @@ class TorchRNG(TorchOps, RNGOps):
 
 class TorchCollectives(DeviceComm):
     """Collectives family: ``torch.cuda.comm``'s six done with torch operations on the
-    namespace's device type (:class:`torchdevice.comm.DeviceComm`), and the
+    namespace's device type (:class:`torchdevice.collectives.DeviceComm`), and the
     ``torch.distributed`` engine that carries its tensors."""
 
     def __init__(self, backend: str, device_type: str, dist_backend: str | None):
         super().__init__(backend)
-        self.device_type = device_type
+        self.device_type = device_type  # type: ignore[misc]  # (one class, every namespace's device type)
         self.dist_backend = dist_backend
 
 
@@ -415,18 +414,18 @@ class TorchNamespaceBackend(Backend):
             return bool(self.ns.is_bf16_supported())
 
     # -- families ------------------------------------------------------------------------------
-    def make_ops(self, cls: type) -> Ops:
+    def make_ops(self, cls: type[TorchOps]) -> Ops:
         """Instantiate family class ``cls`` (a :class:`TorchOps`) bound to this namespace."""
         return bind_ops(cls, self.ns)(self.name, self.ns)
 
     def memory(self) -> MemoryOps:
-        return self.make_ops(self.memory_class)
+        return cast(MemoryOps, self.make_ops(self.memory_class))
 
     def streams(self) -> StreamOps:
-        return self.make_ops(self.streams_class)
+        return cast(StreamOps, self.make_ops(self.streams_class))
 
     def rng(self) -> RNGOps:
-        return self.make_ops(self.rng_class)
+        return cast(RNGOps, self.make_ops(self.rng_class))
 
     def collectives(self) -> CollectiveOps:
         return self.collectives_class(self.name, self.device_type, self.dist_backend)
@@ -434,7 +433,7 @@ class TorchNamespaceBackend(Backend):
 
 def _other_cuda_fields(raw) -> dict:
     """The CUDA property fields besides the ones read above that ``raw`` has under CUDA's names."""
-    found = {}
+    found: dict[str, object] = {}
     for name in CUDA_PROPERTY_FIELDS:
         if name in ("name", "total_memory", "major", "minor", "multi_processor_count"):
             continue
@@ -493,5 +492,5 @@ class FirstThreadDefaultStream:
         cache = self.__dict__.setdefault("_default_streams", {})
         stream = cache.get(index)
         if stream is None:
-            stream = cache[index] = first_thread_stream(self, index)
+            stream = cache[index] = first_thread_stream(cast(TorchStreams, self), index)
         return stream

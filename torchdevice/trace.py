@@ -169,7 +169,7 @@ def configure_logging(level: str | None = None) -> None:
     if not any(getattr(h, "_torchdevice", False) for h in logger.handlers):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("torchdevice %(levelname)s: %(message)s"))
-        handler._torchdevice = True  # type: ignore[attr-defined]
+        setattr(handler, "_torchdevice", True)  # noqa: B010  (marks our handler, for the check above)
         logger.addHandler(handler)
     logger.setLevel(level.upper())
     _log_on = logger.isEnabledFor(logging.DEBUG)

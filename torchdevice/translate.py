@@ -31,15 +31,14 @@ import gc
 import importlib
 import os
 import threading
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, cast
 
 from . import boundary, router
 from ._patching import Patcher
 from .errors import ConfigError
 from .vocabulary import SOURCE_FAMILIES
 
-#: Device types whose code torchdevice translates.
-SOURCE_TYPES = SOURCE_FAMILIES
+SOURCE_TYPES = SOURCE_FAMILIES  # its old name here: the families whose code torchdevice translates
 
 #: Installer modules, in order. Each has ``install(patcher, target)``.
 INSTALLERS = (
@@ -98,8 +97,8 @@ def _report_available_default() -> bool:
 def check_source(value, origin: str = "source") -> str:
     """``value`` as a source family (``cuda``, ``mps``, ``xpu``, ``mtia``; any case), or :class:`ConfigError`."""
     name = value.strip().lower() if isinstance(value, str) else value
-    if name not in SOURCE_TYPES:
-        raise ConfigError(origin, value, f"the source family must be one of {', '.join(SOURCE_TYPES)}")
+    if name not in SOURCE_FAMILIES:
+        raise ConfigError(origin, value, f"the source family must be one of {', '.join(SOURCE_FAMILIES)}")
     return name
 
 
@@ -114,7 +113,7 @@ def make_target(report_available: bool | None = None, source: str | None = None)
     backend = router.active()
     if report_available is None:
         report_available = _report_available_default()
-    sources = frozenset(t for t in SOURCE_TYPES if t != backend.device_type)
+    sources = frozenset(t for t in SOURCE_FAMILIES if t != backend.device_type)
     return Target(backend.name, backend.device_type, backend.device_count, sources, report_available, source)
 
 
@@ -170,9 +169,10 @@ def patch(*, report_available: bool | None = None, source: str | None = None) ->
         if source is not None:
             source = check_source(source)
         if _patcher is not None:
-            if (report_available is None or report_available == _target.report_available) and (
-                    source is None or source == _target.source):
-                return _target
+            current = cast(Target, _target)  # set together with _patcher
+            if (report_available is None or report_available == current.report_available) and (
+                    source is None or source == current.source):
+                return current
             if report_available is None:
                 report_available = _options.get("report_available")
             if source is None:

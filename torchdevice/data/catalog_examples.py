@@ -299,7 +299,7 @@ def _rendezvous_handler(url, **kwargs):
 
 #: ``torch.distributed`` examples, called by every rank in this order (collectives must match across ranks).
 #: ``init_process_group`` comes first and ``destroy_process_group`` last.
-DISTRIBUTED: dict[str, DistCall] = {
+DISTRIBUTED: dict[str, DistCall | Call] = {  # call(): an example ignoring its argument
     "is_available": call(),
     "is_gloo_available": call(),
     "is_mpi_available": call(),

@@ -315,6 +315,13 @@ def activate(patcher: Any, target: Any) -> None:
                 _module_imported(module)
 
 
+def current_target() -> Any:
+    """The translation target the integrations are active for (None when translation is off or no
+    integration watches a module); integrations read it at call time instead of importing
+    :mod:`torchdevice.translate`, which imports this package."""
+    return _target
+
+
 def deactivate() -> None:
     """Called by :func:`torchdevice.unpatch`: stop watching (the patcher undoes the changes)."""
     global _watcher, _patcher, _target

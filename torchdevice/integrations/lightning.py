@@ -32,7 +32,7 @@ import os
 import sys
 from typing import Any
 
-from . import Integration
+from . import Integration, current_target
 
 _PL_CONNECTORS = ("lightning.pytorch.trainer.connectors.accelerator_connector",
                   "pytorch_lightning.trainer.connectors.accelerator_connector")
@@ -141,9 +141,7 @@ def __getattr__(name: str) -> Any:
     """The accelerator classes by their pickled names, made on demand (a spawned process unpickling)."""
     for pkg in _PACKAGES:
         if name == _class_name(pkg):
-            from .. import translate
-
-            target = translate.target()
+            target = current_target()  # (not translate.target(): translate imports this package)
             if target is None:
                 raise AttributeError(f"{__name__}.{name}: a Lightning accelerator translated by torchdevice cannot "
                                      "be unpickled while translation is off (run the program with torchdevice run)")

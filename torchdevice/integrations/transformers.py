@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import Integration
+from . import Integration, current_target
 
 _NAME = "is_torch_tf32_available"
 
@@ -43,9 +43,7 @@ class TransformersIntegration(Integration):
             def is_torch_tf32_available() -> bool:
                 import torch
 
-                from .. import translate
-
-                current = translate.target()
+                current = current_target()
                 if current is None or "cuda" not in current.sources:
                     return original()
                 if not torch.cuda.is_available():

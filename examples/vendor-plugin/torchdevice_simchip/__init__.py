@@ -17,7 +17,7 @@ What it simulates, and what each family does:
 * RNG: torch's host generator (:class:`torchdevice.cpu.CPURNG`), shared by
   every simulated device since their tensors are host tensors;
 * collectives: ``torch.cuda.comm``'s six with torch operations
-  (:class:`torchdevice.comm.DeviceComm`), ``gloo`` across processes.
+  (:class:`torchdevice.collectives.DeviceComm`), ``gloo`` across processes.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from torchdevice import Availability, Backend, DeviceProperties
 from torchdevice.backend import emulated
-from torchdevice.comm import DeviceComm
+from torchdevice.collectives import DeviceComm
 from torchdevice.cpu import CPURNG, CPUMemory
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps
 

@@ -12,7 +12,7 @@ the same-named ``torch.cuda`` function (``native``), built by the shared base
 * streams: ``torch.cuda.Stream``/``Event`` themselves, ``current_stream``,
   ``default_stream``, ``set_stream``, ``synchronize``, ``current_device``;
 * RNG: the per-device generators (``manual_seed`` seeds the current device);
-* collectives: ``torch.cuda.comm`` itself (:class:`torchdevice.comm.NativeCUDAComm`)
+* collectives: ``torch.cuda.comm`` itself (:class:`torchdevice.collectives.NativeCUDAComm`)
   and ``nccl`` for torch.distributed (RCCL on ROCm builds).
 
 ROCm builds of torch expose AMD GPUs as ``torch.cuda``; availability says so.
@@ -20,7 +20,7 @@ ROCm builds of torch expose AMD GPUs as ``torch.cuda``; availability says so.
 from __future__ import annotations
 
 from torchdevice.backend import Availability
-from torchdevice.comm import NativeCUDAComm
+from torchdevice.collectives import NativeCUDAComm
 from torchdevice.torch_backend import TorchNamespaceBackend
 
 __version__ = "1.0.0"
@@ -40,7 +40,6 @@ class CudaBackend(TorchNamespaceBackend):
     description = "NVIDIA CUDA / AMD ROCm GPUs through torch.cuda"
     namespace = "cuda"
     label = "CUDA"
-    dist_backend = "nccl"
 
     def availability(self) -> Availability:
         found = super().availability()

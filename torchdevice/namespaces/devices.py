@@ -1,0 +1,241 @@
+"""``torch.<ns>`` device functions: availability, counts, the current device, properties."""
+from __future__ import annotations
+
+from typing import Any, Callable, Literal
+
+from .. import router
+from ..errors import UnsupportedError
+from ..vocabulary import optional_index
+from .rules import EMULATED, TRANSLATED, all_of, declared, op_rule
+from .table import Facade, declare_native, fronts
+
+
+@fronts("is_available", declared(
+    TRANSLATED,
+    "True only while {ns} is the source family (TORCHDEVICE_SOURCE / torchdevice run --source, default cuda), "
+    "and then when the {backend} backend has devices, or is accelerator-less with report_available on "
+    "(TORCHDEVICE_REPORT_AVAILABLE, default 1); False while another family is the source",
+))
+def build_is_available(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    available = fx.available_for(ns)
+
+    def is_available() -> bool:
+        return available
+
+    return is_available
+
+
+@fronts("device_count", declared(
+    TRANSLATED, "the {backend} backend's device count; 0 when is_available() is False ({ns} not the source "
+    "family, or report_available off)",
+))
+def build_device_count(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    count = fx.count if fx.available_for(ns) else 0
+
+    def device_count() -> int:
+        return count
+
+    return device_count
+
+
+@fronts("init", declared(TRANSLATED, "resolves the {backend} backend (torchdevice's lazy initialization)"))
+def build_init(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    def init() -> None:
+        router.active()
+
+    return init
+
+
+@fronts("is_initialized", declared(TRANSLATED, "whether the {backend} backend has been resolved"))
+def build_is_initialized(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    def is_initialized() -> bool:
+        return router._active is not None
+
+    return is_initialized
+
+
+@fronts("current_device", op_rule("streams", "current_device"))
+def build_current_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    current = fx.current
+
+    def current_device() -> int:
+        return current()
+
+    return current_device
+
+
+@fronts("set_device", op_rule("streams", "set_device"))
+def build_set_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    set_device_op, index = fx.streams.set_device, fx.index
+
+    def set_device(device) -> None:
+        if device is None or (isinstance(device, int) and device < 0):
+            return  # a no-op, as torch.cuda.set_device(-1)
+        set_device_op(index(device))
+
+    return set_device
+
+
+@fronts("synchronize", op_rule("streams", "synchronize"))
+def build_synchronize(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    sync, index = fx.streams.synchronize, fx.index
+
+    def synchronize(device=None) -> None:
+        sync(index(device))
+
+    return synchronize
+
+
+@fronts("device", all_of(("streams", "set_device"), ("streams", "current_device"),
+                        how="context manager over the per-thread current device"), kind="class")
+def build_device(fx: Facade, ns: str, name: str) -> type:
+    current, set_device_op, index = fx.current, fx.streams.set_device, fx.index
+
+    class device:
+        """Context manager that makes ``device`` current for this thread, then restores it.
+
+        A negative index or None leaves everything unchanged, as ``torch.cuda.device``.
+        """
+
+        def __init__(self, device):
+            self.idx = optional_index(device, fx.current)  # as CUDA's _get_device_index(optional=True)
+            self.prev_idx = -1
+
+        def __enter__(self):
+            if self.idx < 0:
+                self.prev_idx = -1
+                return
+            target = index(self.idx)
+            self.prev_idx = current()
+            if target != self.prev_idx:
+                set_device_op(target)
+
+        def __exit__(self, *exc) -> Literal[False]:
+            if self.prev_idx >= 0:
+                self.idx = current()
+                if self.idx != self.prev_idx:
+                    set_device_op(self.prev_idx)
+            return False
+
+        def __repr__(self) -> str:
+            return f"torch.{ns}.device({self.idx})"
+
+    device.__module__ = f"torch.{ns}"
+    device.__qualname__ = "device"
+    return device
+
+
+@fronts("device_of", all_of(("streams", "set_device"), ("streams", "current_device"),
+                           how="makes the device of a tensor on the {backend} backend current"), kind="class")
+def build_device_of(fx: Facade, ns: str, name: str) -> type:
+    device_cls = fx.state[f"{ns}.device"]
+    device_type = fx.target.device_type
+
+    class device_of(device_cls):  # type: ignore[misc,valid-type]  # (this install's device class)
+        """Context manager that makes the device of ``obj`` (a tensor or storage) current."""
+
+        def __init__(self, obj):
+            idx = obj.get_device() if obj.device.type == device_type else -1
+            super().__init__(idx if idx is not None and idx >= 0 else -1)
+
+    device_of.__module__ = f"torch.{ns}"
+    device_of.__qualname__ = "device_of"
+    return device_of
+
+
+_PROPS = "from the {backend} backend's device properties ({what})"
+
+
+@fronts("get_device_properties", declared(
+    TRANSLATED, "torchdevice.DeviceProperties of the {backend} device (CUDA's field names: name, "
+    "total_memory, major/minor (None without a compute capability), multi_processor_count)",
+))
+def build_get_device_properties(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    props, index = fx.active.properties, fx.index
+
+    def get_device_properties(device=None):
+        return props(index(device))
+
+    return get_device_properties
+
+
+@fronts("get_device_name", declared(TRANSLATED, _PROPS.replace("{what}", "name")))
+def build_get_device_name(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    props, index = fx.active.properties, fx.index
+
+    def get_device_name(device=None) -> str:
+        return props(index(device)).name
+
+    return get_device_name
+
+
+@fronts("is_bf16_supported", declared(TRANSLATED, _PROPS.replace("{what}", "bf16_supported")))
+def build_is_bf16_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    props, current = fx.active.properties, fx.current
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return bool(props(current()).bf16_supported)
+
+    return is_bf16_supported
+
+
+@fronts("recommended_max_memory", declared(
+    TRANSLATED, "the {backend} device's total memory (get_device_properties().total_memory): the backend "
+    "gives no smaller recommended working-set figure",
+))
+def build_recommended_max_memory(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    props, current = fx.active.properties, fx.current
+
+    def recommended_max_memory() -> int:
+        return int(props(current()).total_memory)
+
+    return recommended_max_memory
+
+
+@fronts("get_device_capability", declared(
+    TRANSLATED, "the {backend} device's capability, or where it has none the CUDA feature level it offers: "
+    "(8, 0) with bfloat16, else (7, 0); TORCHDEVICE_CAPABILITY=MAJOR.MINOR overrides (torchdevice.capability)",
+))
+def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    props, index = fx.active.properties, fx.index
+
+    def get_device_capability(device=None) -> tuple[int, int]:
+        return props(index(device)).capability
+
+    return get_device_capability
+
+
+
+@fronts("is_tf32_supported", declared(
+    TRANSLATED, "False: TF32 is a tensor-core format of NVIDIA (and some AMD) GPUs, which the {backend} backend "
+    "does not compute in; torch.backends.cuda.matmul.allow_tf32 has no effect there",
+))
+def build_is_tf32_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    def is_tf32_supported() -> bool:
+        return False
+
+    return is_tf32_supported
+
+
+
+@fronts("can_device_access_peer", declared(
+    EMULATED, "validates both devices; a device is not its own peer (False, as CUDA answers); between two "
+    "distinct devices it raises UnsupportedError (the backend reports no peer access)",
+))
+def build_can_device_access_peer(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    index, backend = fx.index, fx.backend
+    api = f"torch.{ns}.{name}"
+
+    def can_device_access_peer(device, peer_device) -> bool:
+        if index(device) == index(peer_device):
+            return False
+        raise UnsupportedError(api, backend, "the backend reports no peer-access information between devices")
+
+    return can_device_access_peer
+
+
+declare_native(("cast", "lru_cache"), "a Python helper (typing.cast / functools.lru_cache) re-exported by torch.{ns}; "
+        "unrelated to the device")
+declare_native("classproperty", "torch._utils.classproperty, a helper torch.{ns} re-exports; unrelated to the device")
+declare_native(("get_arch_list", "get_gencode_flags"),
+        "a fact about this torch build: the {ns} architectures it was compiled for (none on a build without {ns})")

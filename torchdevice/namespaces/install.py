@@ -1,0 +1,193 @@
+"""Installing the namespaces: :func:`install` builds every fronted object from the table and patches
+``torch.<ns>`` (and its submodules, ``torch.backends.<ns>``, ``torch.cuda.nvtx``, ``torch.cuda.comm``,
+``torch.get_device_module``) through the Patcher; :func:`uninstall`, :func:`installed`."""
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, cast
+
+import torch
+
+from .. import boundary, router
+from .. import trace as _trace
+from .nvtx import _nvtx_state
+from .rules import NATIVE, TRANSLATED, UNSUPPORTED, View
+from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
+from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Builder, Facade, Spec
+from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
+
+_installed: dict | None = None
+
+
+def _build(fx: Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
+    """The object ``torch.<ns>.<name>`` becomes; None for a native one (left untouched)."""
+    api = f"torch.{ns}.{name}"
+    status_, note = spec.rule(view, ns)
+    if status_ is NATIVE and spec.build is None:
+        return None
+    if status_ is UNSUPPORTED or spec.build is None:
+        if spec.kind == "value":
+            return None  # an unsupported value attribute is left as torch has it
+        if spec.kind == "class":
+            return _unsupported_class(api, view.name, note, name)
+        return _raiser(api, view.name, note, name.rpartition(".")[2])
+    built = spec.build(fx, ns, name.rpartition(".")[2])
+    if spec.kind == "class":
+        if name in ("Stream", "Event"):
+            return built  # the backend's own classes, as they are
+        return _traced_class(built, api, status_, note)
+    if spec.kind == "value":
+        return built
+    return _wrap(api, status_, note, built, name.rpartition(".")[2])
+
+
+def _install_backends_flags(patcher, fx: Facade, view: View, ns: str, objects: dict) -> None:
+    """``torch.backends.<ns>.is_built`` (and MPS's ``is_available``) agree with the fronted namespace.
+
+    A program never sees ``is_available()`` True with ``is_built()`` False, a pair real torch
+    never reports; torch's own code keeps the real flags (:mod:`torchdevice.boundary`).
+    """
+    flags = getattr(torch.backends, ns, None)
+    if flags is None or "is_available" not in objects:
+        return
+    if ns == "mps" and hasattr(flags, "is_available"):
+        # MPS-written code asks torch.backends.mps.is_available() before choosing "mps"
+        status_, note = SPECS["is_available"].rule(view, ns)
+        built = _wrap(f"torch.backends.{ns}.is_available", status_, note,
+                      cast(Builder, SPECS["is_available"].build)(fx, ns, "is_available"), "is_available")
+        patcher.set(flags, "is_available", boundary.split(built, patcher.get(flags, "is_available")))
+    real_is_built = patcher.get(flags, "is_built", None)
+    if real_is_built is None:
+        return
+    available = fx.available_for(ns)
+
+    def is_built() -> bool:
+        return available or bool(real_is_built())
+
+    note = "True while the fronted is_available() is True (a build that reports a device is built for it); " \
+        "otherwise torch's own answer; torch's own code always gets torch's answer"
+    patcher.set(flags, "is_built", boundary.split(
+        _wrap(f"torch.backends.{ns}.is_built", TRANSLATED, note, is_built, "is_built"), real_is_built))
+
+
+def install(patcher, target) -> None:
+    """Make every namespace in ``target.sources`` front the active backend (see the module docstring)."""
+    global _installed
+    active = router.active()
+    view = View.of_active(active)
+    fx = Facade(active, target)
+    installed: dict[str, dict[str, Any]] = {}
+    for ns in NAMESPACES:
+        if ns not in target.sources:
+            continue
+        module = getattr(torch, ns)
+        submodules = [m for m in (getattr(module, s, None) for s in SUBMODULES[ns]) if m is not None]
+        objects: dict[str, Any] = {}
+        # classes first: the builders of stream() and device_of close over them
+        order = sorted(SPECS, key=lambda n: (SPECS[n].kind != "class", n != "device", n))
+        for name in order:
+            if name not in _ORIGINAL_NAMES[ns]:
+                continue
+            # The target's own namespace (cuda on CUDA): torch rewrites value attributes such as
+            # default_generators when the device initialises, so they stay torch's own.
+            native_value = SPECS[name].kind == "value" and getattr(getattr(active.rng, "ns", None), "module", None) is module
+            obj = None if native_value else _build(fx, view, ns, name, SPECS[name])
+            fx.state[f"{ns}.{name}"] = obj if obj is not None else getattr(module, name, None)
+            if obj is not None:
+                objects[name] = obj
+        if ns == "mtia" and "classproperty" not in vars(module):
+            # the catalog lists torch.mtia.classproperty, which torch 2.13 dropped: supply torch.cuda's helper
+            from torch._utils import classproperty
+
+            objects["classproperty"] = classproperty
+        for name, obj in objects.items():
+            if name in boundary.MACHINE_QUERIES and callable(obj):
+                obj = objects[name] = boundary.split(obj, patcher.get(module, name))
+            patcher.set(module, name, obj)
+            for sub in submodules:
+                if name in vars(sub):
+                    patcher.set(sub, name, obj)
+        _install_backends_flags(patcher, fx, view, ns, objects)
+        if ns == "cuda":
+            _install_nvtx(patcher, fx, view)
+            _install_comm(patcher, fx, view)
+        installed[ns] = objects
+    if target.sources:
+        _install_get_device_module(patcher, target, view)
+    _installed = installed
+    _trace.quiet = frozenset(  # the other families answer "not here", as on the source machine: not listed
+        api for ns in target.sources if ns != fx.source
+        for api in (f"torch.{ns}.is_available", f"torch.{ns}.device_count", f"torch.{ns}.is_initialized",
+                    f"torch.backends.{ns}.is_available", f"torch.backends.{ns}.is_built"))
+
+
+def _install_get_device_module(patcher, target, view: View) -> None:
+    """``torch.get_device_module("cuda")`` -> the fronted ``torch.cuda``, not the target's module.
+
+    torch resolves the string through ``torch.device``, which translation maps
+    to the target (``torch.cpu``, lacking RNG functions): ``torch.random.fork_rng()``
+    (whose default device type is ``"cuda"``) would break.
+    """
+    original = torch.get_device_module
+    sources = target.sources
+    api = "torch.get_device_module"
+    how = "{}: {}".format(*cast("tuple[object, str]", api_status(view, api)))
+
+    def get_device_module(device=None):
+        if device.__class__ is str:
+            kind = device.partition(":")[0]
+            if kind in sources:
+                if _trace.active:
+                    _trace.note(api, how)
+                return getattr(torch, kind)
+        return original(device)
+
+    functools.update_wrapper(get_device_module, original)
+    patcher.set(torch, "get_device_module", get_device_module)
+
+
+def _install_nvtx(patcher, fx: Facade, view: View) -> None:
+    nvtx = torch.cuda.nvtx
+    for name in ("range_push", "range_pop", "range_start", "range_end", "mark", "range"):
+        spec = NVTX_SPECS[name]
+        status_, note = spec.rule(view, "cuda")
+        built = cast(Builder, spec.build)(fx, "cuda", name)  # every nvtx row has a builder
+        fx.state[f"nvtx.{name}"] = built
+        obj = _wrap(f"torch.cuda.nvtx.{name}", status_, note, built, name)
+        patcher.set(nvtx, name, obj)
+
+
+def _install_comm(patcher, fx: Facade, view: View) -> None:
+    """``torch.cuda.comm.<fn>`` -> :mod:`torchdevice.comm`'s function over the backend's collectives."""
+    try:
+        comm = importlib.import_module("torchdevice.comm")
+        import torch.cuda.comm as cuda_comm
+    except ImportError:
+        return
+    for name in COMM_FUNCTIONS:
+        impl = getattr(comm, name, None)
+        if not callable(impl) or name not in vars(cuda_comm):
+            continue
+        api = f"torch.cuda.comm.{name}"
+        status_, note = comm_status(view, name)
+        if status_ is UNSUPPORTED:
+            obj = _raiser(api, view.name, note, name)
+        else:
+            obj = _wrap(api, status_, note, impl, name)
+        patcher.set(cuda_comm, name, obj)
+
+
+def uninstall() -> None:
+    """Forget the installed objects (the Patcher has already restored torch)."""
+    global _installed
+    _installed = None
+    try:
+        del _nvtx_state.stack
+    except AttributeError:
+        pass
+
+
+def installed() -> dict | None:
+    """What :func:`install` put in place, per namespace (None when not installed)."""
+    return _installed

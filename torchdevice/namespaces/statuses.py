@@ -1,0 +1,111 @@
+"""What each fronted API does on a backend, without installing anything (``torchdevice matrix``):
+:func:`status`, :func:`api_status`, :func:`fronted`."""
+from __future__ import annotations
+
+import torch
+
+from ..backend import Status
+from .rules import NATIVE, NOOP, TRANSLATED, View
+from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Spec
+
+
+def spec_for(ns: str, name: str) -> Spec | None:
+    """The :class:`Spec` of ``torch.<ns>.<name>`` (``name`` may be ``"nvtx.range_push"``)."""
+    if name.startswith("nvtx."):
+        return NVTX_SPECS.get(name[5:]) if ns == "cuda" else None
+    return SPECS.get(name)
+
+
+def status(view: View, ns: str, name: str) -> tuple[Status, str] | None:
+    """``(Status, note)`` of ``torch.<ns>.<name>`` on the backend ``view``; None if torchdevice has no spec for it.
+
+    When the backend's device type *is* ``ns`` (``torch.cuda`` on the cuda
+    backend), nothing is translated and every function is native.
+    """
+    spec = spec_for(ns, name)
+    if spec is None:
+        return None
+    if ns == view.device_type:
+        return NATIVE, f"torch.{ns} itself: code written for {ns} runs untranslated on the {view.name} backend"
+    return spec.rule(view, ns)
+
+
+def _original_names() -> dict[str, set[str]]:
+    """The names each namespace really has (before any patch), plus its catalog names."""
+    from .. import catalog
+
+    names = {}
+    for ns in NAMESPACES:
+        module = getattr(torch, ns)
+        found = set(getattr(module, "__all__", ())) | {n for n in vars(module) if not n.startswith("_")}
+        found |= {e.name for e in catalog.entries() if e.namespace == f"torch.{ns}"}
+        names[ns] = found
+    return names
+
+
+_ORIGINAL_NAMES = _original_names()  # read at import: this module is imported before patching
+
+
+def fronted(ns: str) -> list[str]:
+    """Every API torchdevice gives a behaviour while fronting ``torch.<ns>`` (catalog or not), sorted."""
+    apis = {f"torch.{ns}.{n}" for n in SPECS if n in _ORIGINAL_NAMES[ns]}
+    if ns == "cuda":
+        apis |= {f"torch.cuda.nvtx.{n}" for n in NVTX_SPECS}
+        apis |= {f"torch.cuda.comm.{n}" for n in COMM_FUNCTIONS}
+    if ns == "mps":
+        apis.add("torch.backends.mps.is_available")
+    if ns == "cuda":
+        apis |= {"torch.get_device_module", "torch.Tensor.record_stream"}
+    return sorted(apis)
+
+
+def api_status(view: View, api: str) -> tuple[Status, str] | None:
+    """``(Status, note)`` of any API :func:`install` fronts, on the backend ``view``; None if none.
+
+    Accepts ``torch.cuda.X`` and the submodule spellings ``torch.cuda.memory.X``,
+    ``torch.cuda.random.X``, ``torch.cuda.streams.X``, ``torch.cuda.graphs.X``,
+    ``torch.cuda.nvtx.X``, ``torch.cuda.comm.X`` (likewise for mps, xpu, mtia),
+    and ``torch.backends.mps.is_available``.
+    """
+    if api == "torch.backends.mps.is_available":
+        return status(view, "mps", "is_available")
+    if api in ("torch.Tensor.record_stream", ".record_stream()"):
+        return record_stream_status(view)
+    if api == "torch.get_device_module":
+        return TRANSLATED, (
+            f"a {', '.join(t for t in NAMESPACES if t != view.device_type)} device string gives the fronted "
+            "torch.<type> namespace (which answers for the backend); anything else as torch"
+        )
+    parts = api.split(".")
+    if len(parts) < 3 or parts[0] != "torch" or parts[1] not in NAMESPACES:
+        return None
+    ns, rest = parts[1], parts[2:]
+    if len(rest) == 2 and rest[0] == "nvtx":
+        return status(view, ns, "nvtx." + rest[1])
+    if len(rest) == 2 and rest[0] == "comm":
+        return comm_status(view, rest[1]) if ns == "cuda" and rest[1] in COMM_FUNCTIONS else None
+    if len(rest) == 2 and rest[0] in SUBMODULES[ns]:
+        rest = rest[1:]
+    if len(rest) != 1:
+        return None
+    return status(view, ns, rest[0])
+
+
+def record_stream_status(view: View) -> tuple[Status, str]:
+    """``Tensor.record_stream(s)`` for a stream of the backend ``view`` (patched by :mod:`torchdevice.devices`)."""
+    if view.device_type == "cpu":
+        return NOOP, (
+            f"the {view.name} backend's tensors live in host memory and its streams are host-synchronous: work "
+            "queued on one is complete when its call returns, so the memory may be reused at once"
+        )
+    return NATIVE, "torch's own Tensor.record_stream with the backend's stream"
+
+
+COMM_FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")
+
+
+def comm_status(view: View, name: str) -> tuple[Status, str]:
+    """``torch.cuda.comm.<name>`` on ``view``: the backend's collectives operation, as tagged."""
+    if view.device_type == "cuda":
+        return NATIVE, f"torch.cuda itself: code written for cuda runs untranslated on the {view.name} backend"
+    return view.op("collectives", name)

@@ -1,0 +1,35 @@
+"""``python -m torchdevice.testing``: the vendor kit's conformance checks on a plugin object (``--check``),
+and the hook reference of ``docs/plugins.md`` (``--write-docs``, ``--check-docs``)."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .conformance import check_backend
+from .hook_reference import hook_reference_is_current, write_hook_reference
+
+DESCRIPTION = "The vendor kit: test a torchdevice backend plugin without its hardware, and check it conforms."
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m torchdevice.testing", description=DESCRIPTION)
+    parser.add_argument("--write-docs", metavar="PATH", help="regenerate the hook reference block of PATH")
+    parser.add_argument("--check-docs", metavar="PATH", help="exit 1 if the hook reference of PATH is stale")
+    parser.add_argument("--check", metavar="MODULE:ATTR", help="run the conformance checks on a plugin object")
+    args = parser.parse_args(argv)
+    if args.write_docs:
+        print(("updated " if write_hook_reference(args.write_docs) else "unchanged ") + args.write_docs)
+    if args.check_docs and not hook_reference_is_current(args.check_docs):
+        print(f"{args.check_docs}: hook reference is stale; run python -m torchdevice.testing --write-docs "
+              f"{args.check_docs}", file=sys.stderr)
+        return 1
+    if args.check:
+        module, _, attr = args.check.partition(":")
+        plugin = getattr(importlib.import_module(module), attr or "plugin")
+        report = check_backend(plugin, raise_on_failure=False)
+        print(report)
+        return 0 if report.ok else 1
+    return 0
+
