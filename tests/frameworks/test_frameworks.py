@@ -183,6 +183,27 @@ def test_lightning_ddp_two_devices(tmp_path, case, lightning_native_ddp):
     assert_loads_natively(saved["checkpoint"], saved["param_sum"], saved["global_step"])
 
 
+def test_lightning_accelerator_pickles_by_reference(on_cpu):
+    """A Trainer holding the translated accelerator pickles (ddp_spawn sends it to its processes): the
+    class is found by name in torchdevice.integrations.lightning while translation is on."""
+    pytest.importorskip("lightning")
+    import pickle
+
+    import torchdevice
+    from torchdevice.integrations import lightning as integration
+
+    name = "TranslatedCUDAAccelerator_lightning_pytorch"
+    with torchdevice.patched() as target:
+        cls = integration.accelerator_class("lightning.pytorch", target)
+        data = pickle.dumps(cls())
+        assert name.encode() in data and cls.__name__ == "TranslatedCUDAAccelerator"
+        assert type(pickle.loads(data)) is cls is getattr(integration, name)
+    with pytest.raises(AttributeError, match="cannot be unpickled while translation is off"):
+        getattr(integration, name)
+    with pytest.raises(AttributeError, match=name):
+        pickle.loads(data)
+
+
 def test_lightning_more_devices_than_the_target_has_is_lightnings_error(tmp_path):
     pytest.importorskip("lightning")
     out = tmp_path / "o"
