@@ -132,6 +132,20 @@ def test_disabled_by_environment(fakefw, monkeypatch):
     assert dict((n, st) for n, _, _, st in integrations.states())["fakefw"].startswith("disabled")
 
 
+def test_all_disabled_by_environment(fakefw, monkeypatch):
+    monkeypatch.setenv("TORCHDEVICE_DISABLE_INTEGRATIONS", " ALL ")
+    fake = FakeIntegration()
+    fakefw.register(FakePlugin(fake), name="fakefw-plugin")
+    torchdevice.patch()
+    import tdfake_fw.core as core
+
+    assert fake.calls == [] and core.Device().check("cuda") == "native"
+    statuses = {n: st for n, _, _, st in integrations.states()}
+    assert {"fakefw", "lightning", "accelerate", "transformers"} <= set(statuses)
+    assert all(st.startswith("disabled") for st in statuses.values()), statuses
+    assert not any(isinstance(f, integrations._Watcher) for f in sys.meta_path)  # nothing to watch
+
+
 def test_invalid_and_duplicate_integrations_are_problems(fakefw):
     class Nameless:
         modules = ("x",)
