@@ -146,7 +146,9 @@ def collect() -> dict[str, _State]:
         disabled = _disabled_names()
         results = list(plugins.call_each("torchdevice_integrations"))
         results.sort(key=lambda item: item[0] == PLUGIN_NAME)  # stable: the built-ins last
-        previous = {id(s.integration): s for s in _states.values()}
+        # a state is the plugin's integration of that name, whatever object the hook returns this time
+        # (a plugin may build new ones on every call): what it installed stays known
+        previous = {(s.plugin, n): s for n, s in _states.items()}
         found: dict[str, _State] = {}
         for plugin, result in results:
             if plugin == PLUGIN_NAME and result:
@@ -167,7 +169,7 @@ def collect() -> dict[str, _State]:
                 if problem or not isinstance(name, str):
                     plugins.report(plugins.Problem(plugin, "torchdevice_integrations", problem or "no name"))
                     continue
-                state = previous.get(id(integration)) or _State(integration, plugin)
+                state = previous.get((plugin, name)) or _State(integration, plugin)
                 state.disabled = "all" in disabled or name.lower() in disabled
                 found[name] = state
         _states.clear()
