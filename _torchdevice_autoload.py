@@ -25,9 +25,19 @@ def hook() -> None:
         if package is not None and not getattr(package, "_ready", False):
             pending = True
             return
-        from torchdevice import autoload
+        import gc
 
-        autoload.hook()
+        # the collector is held while torchdevice loads and installs (see translate._gc_paused): the full
+        # pass over the objects `import torch` just made is left to the program's own first collection
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            from torchdevice import autoload
+
+            autoload.hook()
+        finally:
+            if was_enabled:
+                gc.enable()
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # an exception here would break `import torch` itself (SystemExit too)

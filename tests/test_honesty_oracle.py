@@ -45,8 +45,6 @@ MAY_REFUSE: dict[str, str] = {
     "current_blas_handle": "a cuBLAS handle",
     "compile_shader": "Metal shader compilation",
     "record_memory_history": "the accelerator allocator's history recorder",
-    "memory_snapshot": "the accelerator allocator's segment snapshot",
-    "snapshot": "the accelerator allocator's segment snapshot",
     "set_sync_debug_mode": "CUDA's synchronisation debug mode",
 }
 

@@ -5,14 +5,10 @@ tests/frameworks/."""
 from __future__ import annotations
 
 import importlib
-import json
-import re
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
-from helpers import run_command, run_concurrently, write_distribution
 
 import torchdevice
 from torchdevice import integrations, plugins
@@ -202,86 +198,3 @@ def test_builtins_come_through_the_hook_and_import_nothing(on_cpu):
     for framework in ("lightning", "accelerate", "transformers", "pytorch_lightning"):
         assert (framework in sys.modules) == (framework in before)
 
-
-# -- the example of docs/plugins.md ("Framework integrations"), run as written there ------------
-
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
-_EXAMPLE_FILE = re.compile(r"<!-- integration example: file (\S+) -->\n```\w*\n(.*?)\n```", re.DOTALL)
-
-EXAMPLE_PROGRAM = """\
-import json, sys
-import torch
-import torchdevice
-from torchdevice import integrations
-
-def status():
-    return {n: (plugin, st) for n, plugin, _, st in integrations.states()}.get("myframework")
-
-before = status()
-import myframework.devices as devices
-checked = devices.check_device(torch.device("cuda"))
-after = status()
-torchdevice.unpatch()
-try:
-    devices.check_device(torch.device("cpu"))
-    own = "passed"
-except ValueError as exc:
-    own = str(exc)
-print(json.dumps({"before": before, "checked": checked, "after": after, "own_check": own}))
-"""
-
-
-def _project(toml: str) -> tuple[str, str, dict[str, dict[str, str]]]:
-    """name, version and entry points of the example's pyproject.toml (tomllib is Python 3.11+)."""
-    table, fields, entry_points = "", {}, {}
-    for line in toml.splitlines():
-        if line.startswith("["):
-            table = line.strip("[]")
-        elif "=" in line:
-            key, _, value = (part.strip() for part in line.partition("="))
-            if table == "project":
-                fields[key] = value.strip('"')
-            elif table.startswith("project.entry-points."):
-                entry_points.setdefault(table[len("project.entry-points."):].strip('"'), {})[key] = value.strip('"')
-    return fields["name"], fields["version"], entry_points
-
-
-@pytest.fixture(scope="module")
-def doc_example(tmp_path_factory):
-    files = dict(_EXAMPLE_FILE.findall(DOCS.read_text()))
-    assert set(files) == {"myframework/devices.py", "torchdevice_myframework.py", "pyproject.toml"}
-    root = tmp_path_factory.mktemp("integration-example")
-    site = root / "site"
-    (site / "myframework").mkdir(parents=True)
-    (site / "myframework" / "__init__.py").write_text("")
-    (site / "myframework" / "devices.py").write_text(files["myframework/devices.py"] + "\n")
-    plugin = root / "torchdevice_myframework.py"
-    plugin.write_text(files["torchdevice_myframework.py"] + "\n")
-    name, version, entry_points = _project(files["pyproject.toml"])
-    assert entry_points == {"torchdevice.integrations": {"myframework": "torchdevice_myframework"}}
-    write_distribution(site, name, version, entry_points, [plugin])
-    program = root / "train.py"
-    program.write_text(EXAMPLE_PROGRAM)
-    return site, program
-
-
-def test_the_docs_integration_example_works(doc_example):
-    site, program = doc_example
-    run = [sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", str(program)]
-    results = run_concurrently({
-        "run": (run_command, (run,), {"pythonpath": [site]}),
-        "disabled": (run_command, (run,), {"pythonpath": [site], "env": {"TORCHDEVICE_DISABLE_INTEGRATIONS": "myframework"}}),
-        "info": (run_command, ([sys.executable, "-m", "torchdevice", "info", "--json"],),
-                 {"pythonpath": [site], "env": {"TORCHDEVICE_BACKEND": "cpu"}}),
-    })
-    assert results["run"].returncode == 0, str(results["run"])
-    seen = json.loads(results["run"].stdout.splitlines()[-1])
-    assert seen == {"before": ["myframework", "waiting for import of myframework.devices"], "checked": "ready",
-                    "after": ["myframework", "active: myframework.devices"],
-                    "own_check": "Device should be GPU, got cpu instead"}  # unpatch() gave the framework's check back
-    disabled = results["disabled"]
-    assert disabled.returncode != 0 and "ValueError: Device should be GPU, got cpu instead" in disabled.stderr, str(disabled)
-    assert results["info"].returncode == 0, str(results["info"])
-    listed = {i["name"]: i for i in json.loads(results["info"].stdout)["integrations"]}
-    assert listed["myframework"]["plugin"] == "myframework"
-    assert listed["myframework"]["framework"] == "MyFramework (myframework.devices.check_device)"

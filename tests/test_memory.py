@@ -199,3 +199,67 @@ def test_mlx_reserved_peak(host):
     assert torch.cuda.max_memory_reserved() >= torch.cuda.memory_reserved()
     assert torch.cuda.max_memory_reserved() >= torch.cuda.max_memory_allocated()
     assert torch.cuda.get_sync_debug_mode() == 0
+
+
+def test_allocator_snapshots_are_answered_empty(host):
+    """A program asking for the allocator's segments gets CUDA's shape with none (issue 9: a query is
+    answered, never refused): what CUDA returns before its first allocation."""
+    assert torch.cuda.memory_snapshot() == []
+    assert torch.cuda.memory_snapshot(include_traces=False) == []
+    snap = torch.mtia.snapshot()
+    assert snap["segments"] == [] and len(snap["device_traces"]) == torch.cuda.device_count()
+    with pytest.raises(torchdevice.UnsupportedError):
+        torch.mtia.record_memory_history()  # the action stays refused: there is no recorder
+
+
+# -- without /proc (macOS): the kernel's task figures, not a refusal --------------------------------------------
+
+
+def _no_proc(monkeypatch):
+    real_open, real_exists = open, os.path.exists
+
+    def open_(path, *args, **kwargs):
+        if str(path).startswith("/proc"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(cpu, "open", open_, raising=False)
+    monkeypatch.setattr(cpu.os.path, "exists", lambda p: not str(p).startswith("/proc") and real_exists(p))
+
+
+def test_without_proc_the_reserved_figures_are_the_tasks_resident_set(monkeypatch):
+    memory = cpu.CPUMemory("cpu")
+    _no_proc(monkeypatch)
+    task = {"rss": 100 << 20, "max": 150 << 20}
+    monkeypatch.setattr(cpu, "_mach_resident", lambda: (task["rss"], task["max"]))
+    assert memory.memory_reserved(0) == 100 << 20
+    assert memory.max_memory_reserved(0) == 150 << 20
+    memory.reset_peak_memory_stats(0)  # the kernel's peak cannot be reset: the reads since are the peak
+    assert memory.max_memory_reserved(0) == 100 << 20
+    task["rss"] = 120 << 20
+    assert memory.max_memory_reserved(0) == 120 << 20
+    task["rss"] = 90 << 20
+    assert (memory.memory_reserved(0), memory.max_memory_reserved(0)) == (90 << 20, 120 << 20)
+    stats = memory.memory_stats(0)
+    assert (stats["reserved_bytes.all.current"], stats["reserved_bytes.all.peak"]) == (90 << 20, 120 << 20)
+    assert "90.000 MB" in memory.list_gpu_processes(0)
+    monkeypatch.setattr(cpu, "_mach_mem_info", lambda: (3 << 30, 16 << 30))
+    assert memory.mem_get_info(0) == (3 << 30, 16 << 30)
+    # where the kernel says nothing either, the figures are refused, naming what they need
+    monkeypatch.setattr(cpu, "_mach_resident", lambda: None)
+    monkeypatch.setattr(cpu, "_mach_mem_info", lambda: None)
+    for ask in (memory.memory_reserved, memory.max_memory_reserved, memory.mem_get_info):
+        with pytest.raises(torchdevice.UnsupportedError, match="/proc"):
+            ask(0)
+
+
+def test_the_mach_sources_answer_only_on_macos():
+    import sys
+
+    if sys.platform == "darwin":
+        rss, peak = cpu._mach_resident()
+        assert 0 < rss <= peak
+        available, total = cpu._mach_mem_info()
+        assert 0 < available < total == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    else:
+        assert cpu._mach_resident() is None and cpu._mach_mem_info() is None

@@ -19,6 +19,9 @@ with torch.autocast("cuda"):                                   # line 9
     z = torch.nn.functional.linear(y, torch.ones(3, 3, device="cuda"))   # line 10
 torch.cuda.synchronize()                                       # line 11
 w = torch.ones(2, device="cpu")                                # line 12: native
+torch.manual_seed(0)                                           # line 13: torch seeds every family
+torch.cuda.manual_seed_all(1)                                  # line 14: the program's own call
+assert not torch.xpu.is_available() and torch.cuda.is_available()   # line 15: probing the families
 if len(sys.argv) > 1 and sys.argv[1] == "exit":
     sys.exit(4)
 if len(sys.argv) > 1 and sys.argv[1] == "raise":
@@ -76,6 +79,44 @@ def test_json_report_lists_the_calls(reports):
     assert not any("prog.py:12" == s["site"] for a in data["apis"] for s in a["sites"])
     assert data["total_calls"] == sum(a["calls"] for a in data["apis"])
     assert sum(v["calls"] for v in data["by_handling"].values()) == data["total_calls"]
+
+
+def test_calls_torch_makes_for_the_program_are_not_the_programs(reports):
+    """torch.manual_seed seeds cuda, mps, xpu ... itself: those are counted under torch.manual_seed, and
+    the program is not shown calling torch.mps/torch.xpu; its own torch.cuda.manual_seed_all is."""
+    work, results = reports
+    data = json.loads((work / "out" / "r.json").read_text())
+    apis = _apis(data)
+    assert not [name for name in apis if name.startswith(("torch.mps.", "torch.xpu.", "torch.mtia."))], apis
+    assert data["made_by_torch"].get("torch.manual_seed", 0) >= 3  # at least cuda, mps and xpu seeded
+    assert data["other_family_probes"] >= 1  # torch.xpu.is_available(): "not here", counted, not listed
+    assert apis["torch.cuda.is_available"]["sites"] == [{"site": "prog.py:15", "calls": 1}]
+    seed_all = apis["torch.cuda.manual_seed_all"]
+    assert seed_all["calls"] == 1 and seed_all["sites"] == [{"site": "prog.py:14", "calls": 1}]
+    text = (work / "r.md").read_text()
+    assert "on the program's behalf" in text and "by `torch.manual_seed`" in text
+
+
+def test_calls_torch_makes_for_the_program_are_listed_via_that_function_with_their_status(reports):
+    """Each call torch.manual_seed made is listed as "<API> via torch.manual_seed", handled as the
+    matrix says that API is handled on the backend, at the program's line that called torch.manual_seed."""
+    from torchdevice import matrix
+
+    work, _ = reports
+    data = json.loads((work / "out" / "r.json").read_text())
+    via = {e["api"]: e for e in data["made_by_torch_apis"]}
+    # torch 2.13's torch.manual_seed seeds these itself (torch/random.py)
+    assert {"torch.cuda.manual_seed_all", "torch.mps.manual_seed", "torch.xpu.manual_seed_all",
+            "torch.mtia.manual_seed_all"} <= set(via), via
+    for api, entry in via.items():
+        assert entry["via"] == "torch.manual_seed"
+        assert entry["sites"] == [{"site": "prog.py:13", "calls": 1}], entry
+        status, note = matrix.status_for(api, "cpu")
+        assert (entry["handled"], entry["note"]) == (status.value, note), api
+    assert sum(e["calls"] for e in data["made_by_torch_apis"]) == data["made_by_torch"]["torch.manual_seed"]
+    text = (work / "r.md").read_text()
+    assert "| `torch.mps.manual_seed` | `torch.manual_seed` | 1 |" in text
+    assert "`prog.py:13` (1)" in text
 
 
 def test_markdown_report_and_exit_status(reports):

@@ -257,3 +257,22 @@ def test_stand_in_classes_forward_class_attributes_and_defaults(translated):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert torch.Generator("cuda").device == RealDevice("cpu")
+
+
+def test_patch_leaves_the_garbage_collector_as_it_found_it(on_cpu):
+    """patch() holds the collector while it installs (docs/performance.md) and gives it back as it was."""
+    import gc
+
+    from torchdevice import translate
+
+    assert gc.isenabled()
+    translate.patch()
+    assert gc.isenabled()
+    translate.unpatch()
+    gc.disable()
+    try:
+        translate.patch()
+        assert not gc.isenabled()  # the program's choice stands
+    finally:
+        translate.unpatch()
+        gc.enable()

@@ -34,8 +34,14 @@ AVX512-BF16/AMX, and about as fast as fp16 without them) and is what a hand
 port to CPU writes. ``TORCHDEVICE_AMP_DTYPE=float16|bfloat16`` overrides that
 implicit choice (read when translation is turned on).
 
+``dtype=torch.float32`` turns the region off silently, as CUDA computes it in
+float32 anyway. A dtype the target's autocast refuses (``float64`` on CPU, which
+CUDA would cast to) runs the region disabled with a warning at the program's
+line, instead of torch's warning located inside torchdevice.
+
 If the target has no autocast at all, ``autocast(dev)`` runs disabled with one
-clear warning naming the backend, rather than pretending.
+clear warning naming the backend, rather than pretending. Every warning here is
+located at the program's line (:func:`torchdevice.trace.warn`).
 
 One difference remains by construction: on the CPU backend the translated
 CUDA autocast *is* the CPU autocast, so a nested ``torch.autocast("cpu",
@@ -81,6 +87,36 @@ def _implicit_dtype() -> torch.dtype | None:
             f"torchdevice: {ENV_AMP_DTYPE}={raw!r} is not valid: use float16 or bfloat16 (or fp16, bf16, half); "
             "the target's default AMP dtype is used", RuntimeWarning, "<torchdevice>", 0, module="torchdevice.amp")
         return None
+
+
+_FAST = (torch.bfloat16, torch.float16)  # what torch's autocast takes on a device without its own list
+
+
+def _supported_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
+    """The dtypes ``torch.autocast(device_type)`` accepts without turning itself off (torch's own rule)."""
+    if device_type == torch._C._get_privateuse1_backend_name():
+        module = getattr(torch, device_type, None)
+        if module is not None and hasattr(module, "get_amp_supported_dtype"):
+            return tuple(module.get_amp_supported_dtype())
+    return _FAST
+
+
+def _init_relocating_warnings(init, *args) -> None:
+    """``init(*args)`` with the warnings it raises re-raised at the program's line (rare path only:
+    ``catch_warnings`` swaps process-wide state)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init(*args)
+    for w in caught:
+        trace.warn(str(w.message), w.category)
+
+
+def _warn_unsupported_dtype(device_type: str, dtype: torch.dtype, backend: str, target_type: str,
+                            supported: tuple[torch.dtype, ...]) -> None:
+    trace.warn(
+        f"torchdevice: autocast({device_type!r}, dtype={dtype}) runs disabled: the {backend!r} backend's "
+        f"autocast ({target_type}) supports only {', '.join(map(str, supported))}; the region computes in "
+        "its tensors' own dtypes", UserWarning)
 
 
 def _tag(fn, status: Status, note: str):
@@ -145,21 +181,29 @@ def install(patcher, target) -> None:
     )
     warned = []
 
+    supported = _supported_dtypes(tt) if available else ()
+
     def _target_args(device_type, dtype, enabled):
         if not available:
             if enabled and not warned:
                 warned.append(True)
-                warnings.warn(
+                trace.warn(
                     f"torchdevice: autocast({device_type!r}) runs disabled: the active backend "
                     f"{target.backend!r} ({tt}) has no autocast; the program computes in full precision",
-                    RuntimeWarning, stacklevel=3,
+                    RuntimeWarning,
                 )
             return device_type, dtype, False
         if dtype is torch.float32:
             # CUDA accepts float32 (its ops then compute in float32) where CPU autocast warns and
             # turns itself off: the same numbers, so turn it off quietly
             return tt, dtype, False
-        return tt, dtype if dtype is not None else implicit, enabled
+        if dtype is None:
+            dtype = implicit
+        if enabled and dtype is not None and dtype not in supported:
+            # torch would warn from inside its autocast, located in this file: say it at the program's line
+            _warn_unsupported_dtype(device_type, dtype, target.backend, tt, supported)
+            return tt, dtype, False
+        return tt, dtype, enabled
 
     @functools.wraps(base_init)
     def autocast_init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
@@ -167,6 +211,11 @@ def install(patcher, target) -> None:
             if trace.active:
                 trace.note("torch.autocast", ac_how)
             device_type, dtype, enabled = _target_args(device_type, dtype, enabled)
+        elif enabled and dtype is not None and dtype not in _FAST and device_type != "cuda":
+            # a device type not translated, with a dtype torch's autocast refuses: torch warns from the
+            # frame above its __init__, which is now this wrapper; say it at the program's line instead
+            _init_relocating_warnings(base_init, self, device_type, dtype, enabled, cache_enabled)
+            return
         base_init(self, device_type, dtype, enabled, cache_enabled)
 
     patcher.set(autocast_cls, "__init__", _tag(autocast_init, *STATUS["torch.autocast"]))
@@ -236,7 +285,7 @@ def install(patcher, target) -> None:
         def cuda_scaler_init(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
                              growth_interval=2000, enabled=True):
             if deprecation:  # what torch says on CUDA too
-                warnings.warn(deprecation, FutureWarning, stacklevel=2)
+                trace.warn(deprecation, FutureWarning)
             if trace.active:
                 trace.note("torch.cuda.amp.GradScaler", cuda_gs_how)
             scaler_init(self, tt, init_scale, growth_factor, backoff_factor, growth_interval, enabled)

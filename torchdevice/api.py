@@ -11,6 +11,7 @@ import contextlib
 from typing import Any, Iterator
 
 import torch
+from torch.types import Device
 
 from . import router
 from .backend import DeviceProperties
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 
-def _index(device=None) -> int:
+def _index(device: Device = None) -> int:
     backend = active()
     return parse_index(device, backend.streams.current_device(), backend.device_count, backend.name)
 
@@ -113,7 +114,7 @@ def current_device() -> int:
     return active().streams.current_device()
 
 
-def set_device(device) -> None:
+def set_device(device: Device) -> None:
     """Set this thread's current device.
 
     ``device`` is an index, a device string or a ``torch.device``; a negative
@@ -127,7 +128,7 @@ def set_device(device) -> None:
 
 
 @contextlib.contextmanager
-def device(device) -> Iterator[None]:
+def device(device: Device) -> Iterator[None]:
     """Context manager that makes ``device`` current for this thread, then restores.
 
     ``None`` or a negative index leaves the current device unchanged, as
@@ -148,7 +149,7 @@ def device(device) -> Iterator[None]:
         streams.set_device(previous)
 
 
-def synchronize(device=None) -> None:
+def synchronize(device: Device = None) -> None:
     """Wait for all work queued on every stream of ``device`` to finish.
 
     On CPU that work is already done when its call returns. Example::
@@ -167,7 +168,7 @@ def dist_backend() -> str | None:
     return active().collectives.dist_backend
 
 
-def get_device_properties(device=None) -> DeviceProperties:
+def get_device_properties(device: Device = None) -> DeviceProperties:
     """Return the :class:`~torchdevice.backend.DeviceProperties` of ``device``.
 
     Fields follow ``torch.cuda.get_device_properties``: ``name``,
@@ -180,7 +181,7 @@ def get_device_properties(device=None) -> DeviceProperties:
     return active().properties(_index(device))
 
 
-def get_device_name(device=None) -> str:
+def get_device_name(device: Device = None) -> str:
     """Return the name of ``device`` (the CPU model on the CPU backend).
 
     Example::
@@ -191,7 +192,7 @@ def get_device_name(device=None) -> str:
     return get_device_properties(device).name
 
 
-def get_device_capability(device=None) -> tuple[int, int]:
+def get_device_capability(device: Device = None) -> tuple[int, int]:
     """Return ``device``'s compute capability ``(major, minor)``.
 
     A backend whose devices have none (CPU, MPS, MLX) answers with the CUDA feature level the
@@ -206,7 +207,7 @@ def get_device_capability(device=None) -> tuple[int, int]:
     return capability
 
 
-def is_bf16_supported(device=None) -> bool:
+def is_bf16_supported(device: Device = None) -> bool:
     """Return whether ``device`` computes in bfloat16.
 
     Example::
@@ -220,7 +221,7 @@ def is_bf16_supported(device=None) -> bool:
 # -- memory -------------------------------------------------------------------------------
 
 
-def memory_allocated(device=None) -> int:
+def memory_allocated(device: Device = None) -> int:
     """Return the bytes currently allocated on ``device``.
 
     On CUDA this is the caching allocator's figure; on CPU the process's
@@ -234,7 +235,7 @@ def memory_allocated(device=None) -> int:
     return active().memory.memory_allocated(_index(device))
 
 
-def max_memory_allocated(device=None) -> int:
+def max_memory_allocated(device: Device = None) -> int:
     """Return the peak of :func:`memory_allocated` since start or the last reset.
 
     Example::
@@ -246,7 +247,7 @@ def max_memory_allocated(device=None) -> int:
     return active().memory.max_memory_allocated(_index(device))
 
 
-def memory_reserved(device=None) -> int:
+def memory_reserved(device: Device = None) -> int:
     """Return the bytes the backend's allocator holds on ``device``, in use or cached.
 
     Example::
@@ -257,7 +258,7 @@ def memory_reserved(device=None) -> int:
     return active().memory.memory_reserved(_index(device))
 
 
-def max_memory_reserved(device=None) -> int:
+def max_memory_reserved(device: Device = None) -> int:
     """Return the peak of :func:`memory_reserved` since start or the last reset.
 
     Example::
@@ -268,7 +269,7 @@ def max_memory_reserved(device=None) -> int:
     return active().memory.max_memory_reserved(_index(device))
 
 
-def reset_peak_memory_stats(device=None) -> None:
+def reset_peak_memory_stats(device: Device = None) -> None:
     """Reset the peaks reported by :func:`max_memory_allocated` and :func:`max_memory_reserved`.
 
     Example::
@@ -278,7 +279,7 @@ def reset_peak_memory_stats(device=None) -> None:
     active().memory.reset_peak_memory_stats(_index(device))
 
 
-def reset_accumulated_memory_stats(device=None) -> None:
+def reset_accumulated_memory_stats(device: Device = None) -> None:
     """Reset the accumulated (count) statistics of ``device``'s allocator.
 
     Example::
@@ -288,7 +289,7 @@ def reset_accumulated_memory_stats(device=None) -> None:
     active().memory.reset_accumulated_memory_stats(_index(device))
 
 
-def memory_stats(device=None) -> dict[str, Any]:
+def memory_stats(device: Device = None) -> dict[str, Any]:
     """Return a dict of allocator statistics, with CUDA's key names where they apply.
 
     Example::
@@ -299,7 +300,7 @@ def memory_stats(device=None) -> dict[str, Any]:
     return active().memory.memory_stats(_index(device))
 
 
-def mem_get_info(device=None) -> tuple[int, int]:
+def mem_get_info(device: Device = None) -> tuple[int, int]:
     """Return ``(free, total)`` bytes of ``device``'s memory.
 
     Example::
@@ -321,7 +322,7 @@ def empty_cache() -> None:
     active().memory.empty_cache()
 
 
-def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+def set_per_process_memory_fraction(fraction: float, device: Device = None) -> None:
     """Cap this process's allocations on ``device`` at ``fraction`` of its memory.
 
     ``fraction`` must be in ``[0, 1]``. Example::
@@ -333,7 +334,7 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     active().memory.set_per_process_memory_fraction(float(fraction), _index(device))
 
 
-def get_per_process_memory_fraction(device=None) -> float:
+def get_per_process_memory_fraction(device: Device = None) -> float:
     """Return the memory fraction set by :func:`set_per_process_memory_fraction`.
 
     Example::
@@ -347,7 +348,7 @@ def get_per_process_memory_fraction(device=None) -> float:
 # -- streams and events ----------------------------------------------------------------
 
 
-def current_stream(device=None):
+def current_stream(device: Device = None):
     """Return this thread's current stream on ``device``.
 
     Example::
@@ -358,7 +359,7 @@ def current_stream(device=None):
     return active().streams.current_stream(_index(device))
 
 
-def default_stream(device=None):
+def default_stream(device: Device = None):
     """Return the default stream of ``device``, shared by all threads.
 
     Example::
@@ -462,7 +463,7 @@ def initial_seed() -> int:
     return active().rng.initial_seed()
 
 
-def get_rng_state(device=None) -> torch.Tensor:
+def get_rng_state(device: Device = None) -> torch.Tensor:
     """Return ``device``'s generator state as a ByteTensor.
 
     Example::
@@ -475,7 +476,7 @@ def get_rng_state(device=None) -> torch.Tensor:
     return active().rng.get_rng_state(_index(device))
 
 
-def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+def set_rng_state(new_state: torch.Tensor, device: Device = None) -> None:
     """Restore ``device``'s generator state from :func:`get_rng_state`.
 
     Example::

@@ -138,15 +138,28 @@ class Availability:
         return self.available
 
 
+#: The fields of ``torch.cuda.get_device_properties()`` (torch's ``_CudaDeviceProperties``), in its order.
+CUDA_PROPERTY_FIELDS = (
+    "name", "major", "minor", "multi_processor_count", "total_memory", "is_integrated", "is_multi_gpu_board",
+    "max_threads_per_multi_processor", "gcnArchName", "warp_size", "uuid", "L2_cache_size", "clock_rate",
+    "memory_clock_rate", "memory_bus_width", "shared_memory_per_block", "shared_memory_per_multiprocessor",
+)
+
+
 @dataclass(frozen=True)
 class DeviceProperties:
-    """Properties of one device, with the field names of ``torch.cuda.get_device_properties``.
+    """Properties of one device, with the field names of ``torch.cuda.get_device_properties``:
+    every field of torch's ``_CudaDeviceProperties`` (:data:`CUDA_PROPERTY_FIELDS`).
 
     A backend leaves ``major``/``minor`` ``None`` where its devices have no
     compute capability (CPU, MPS, MLX); the router then fills in the CUDA
     feature level the device offers (:mod:`torchdevice.capability`), so the
-    program's question is answered. ``raw`` is the backend's own property
-    object or dict, when it has one.
+    program's question is answered. Of the other CUDA fields a backend sets
+    those its device has; ``0`` means "none, or not known" (``memory_bus_width``
+    of a host), and the router fills ``gcnArchName``, ``uuid``, ``warp_size`` and
+    ``max_threads_per_multi_processor`` where the backend left them empty
+    (:func:`torchdevice.capability.complete`). ``raw`` is the backend's own
+    property object or dict, when it has one.
     """
 
     name: str
@@ -157,6 +170,18 @@ class DeviceProperties:
     bf16_supported: bool = False
     type: str = ""
     raw: Any = field(default=None, compare=False)
+    is_integrated: int = 0  #: 1 where the device computes in host memory (CPU, unified-memory GPUs)
+    is_multi_gpu_board: int = 0
+    max_threads_per_multi_processor: int = 0
+    gcnArchName: str = ""  # noqa: N815 - torch's spelling
+    warp_size: int = 0
+    uuid: str = ""
+    L2_cache_size: int = 0  # noqa: N815 - torch's spelling
+    clock_rate: int = 0  #: kHz, as CUDA's
+    memory_clock_rate: int = 0  #: kHz
+    memory_bus_width: int = 0  #: bits
+    shared_memory_per_block: int = 0
+    shared_memory_per_multiprocessor: int = 0
 
     @property
     def capability(self) -> tuple[int, int] | None:

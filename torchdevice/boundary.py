@@ -91,7 +91,7 @@ def split(translated: Callable, real: Callable) -> Callable:
         f"        return _real({call})\n"
         f"    return _translated({call})\n"
     )
-    exec(compile(source, f"<torchdevice.boundary {getattr(translated, '__name__', '?')}>", "exec"), scope)
+    exec(compile(source, f"{__file__}<split {getattr(translated, '__name__', '?')}>", "exec"), scope)
     answer = scope["answer"]
     functools.update_wrapper(answer, translated)
     answer.__code__ = answer.__code__.replace(co_name=translated.__name__, co_qualname=translated.__name__)

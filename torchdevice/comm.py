@@ -39,7 +39,6 @@ honoured on the active backend.
 """
 from __future__ import annotations
 
-import warnings
 from typing import ClassVar
 
 import torch
@@ -53,9 +52,10 @@ from torch._utils import (
     _unflatten_sparse_tensors,
 )
 
-from . import router
+from . import router, trace
 from .backend import CollectiveOps, Status, emulated, native, status_of
 from .errors import InvalidDeviceError
+from .vocabulary import SOURCE_FAMILIES
 
 __all__ = [
     "broadcast",
@@ -74,7 +74,7 @@ __all__ = [
 FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")
 
 #: Device types whose code torchdevice translates (see torchdevice.translate.SOURCE_TYPES).
-_SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
+_SOURCE_TYPES = SOURCE_FAMILIES
 
 # The real device class: torch.device may be a translating stand-in while patched.
 _Device = type(torch.empty(0).device)
@@ -236,11 +236,10 @@ def gather(tensors, dim=0, destination=None, *, out=None):
     tensors = [_handle_complex(t) for t in tensors]
     if out is None:
         if destination == -1:
-            warnings.warn(
+            trace.warn(
                 "Using -1 to represent CPU tensor is deprecated. Please use a "
                 'device object or string instead, e.g., "cpu".',
                 FutureWarning,
-                stacklevel=2,
             )
         dest = _resolve(destination, backend, optional=True, allow_host=True)
         return backend.collectives.gather(tensors, int(dim), dest, None)

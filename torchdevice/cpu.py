@@ -30,8 +30,11 @@ What the memory figures mean on CPU (``docs/memory.md`` has the full account):
   OS holds in RAM for the process, tensors once their pages are touched.
   ``max_memory_reserved`` is the kernel's peak of it (``VmHWM``);
   ``reset_peak_memory_stats`` resets it too (``/proc/self/clear_refs``).
-  Without ``/proc`` (macOS) these two raise UnsupportedError rather than invent.
-* ``mem_get_info`` is ``(MemAvailable, MemTotal)`` from ``/proc/meminfo``.
+  Without ``/proc`` (macOS) both come from the Mach kernel's ``task_info``
+  (``resident_size``, ``resident_size_max``); that peak cannot be reset, so
+  after ``reset_peak_memory_stats`` it is the highest resident set read since.
+* ``mem_get_info`` is ``(MemAvailable, MemTotal)`` from ``/proc/meminfo``;
+  on macOS ``(free + inactive pages, hw.memsize)`` (``host_statistics64``).
 * ``memory_stats`` has exactly CUDA's keys (:mod:`torchdevice.memstats`) plus
   ``cpu.*`` raw figures.
 
@@ -285,6 +288,63 @@ def allocation_source() -> str:
     return _source_name
 
 
+# -- macOS: the process's resident set and the host's free memory without /proc ---------------
+
+
+class _MachTaskBasicInfo(ctypes.Structure):
+    _pack_ = 4  # <mach/task_info.h>: #pragma pack(4)
+    _fields_ = [("virtual_size", ctypes.c_uint64), ("resident_size", ctypes.c_uint64),
+                ("resident_size_max", ctypes.c_uint64), ("user_time", ctypes.c_int32 * 2),
+                ("system_time", ctypes.c_int32 * 2), ("policy", ctypes.c_int32), ("suspend_count", ctypes.c_int32)]
+
+
+_MACH_TASK_BASIC_INFO = 20
+_HOST_VM_INFO64, _HOST_VM_INFO64_COUNT = 4, 38  # vm_statistics64: free_count, active_count, inactive_count, ...
+
+
+def _libc_darwin():
+    if sys.platform != "darwin":
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib")
+    except OSError:
+        return None
+
+
+def _mach_resident() -> tuple[int, int] | None:
+    """(resident_size, resident_size_max) of this task from ``task_info`` (macOS), else None."""
+    libc = _libc_darwin()
+    if libc is None:
+        return None
+    try:
+        task = ctypes.c_uint32.in_dll(libc, "mach_task_self_")
+        info = _MachTaskBasicInfo()
+        count = ctypes.c_uint32(ctypes.sizeof(info) // 4)
+        if libc.task_info(task, _MACH_TASK_BASIC_INFO, ctypes.byref(info), ctypes.byref(count)) != 0:
+            return None
+    except (OSError, AttributeError, ValueError):
+        return None
+    return int(info.resident_size), int(info.resident_size_max)
+
+
+def _mach_mem_info() -> tuple[int, int] | None:
+    """(free + inactive bytes, physical memory) from ``host_statistics64`` and ``hw.memsize`` (macOS), else None:
+    inactive pages are what the kernel hands out again without swapping, as Linux's MemAvailable counts."""
+    libc, total = _libc_darwin(), _sysctl_int("hw.memsize")
+    if libc is None or not total:
+        return None
+    try:
+        stats = (ctypes.c_uint32 * 64)()
+        count = ctypes.c_uint32(_HOST_VM_INFO64_COUNT)
+        libc.mach_host_self.restype = ctypes.c_uint32
+        if libc.host_statistics64(libc.mach_host_self(), _HOST_VM_INFO64, stats, ctypes.byref(count)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    free, inactive = stats[0], stats[2]
+    return (free + inactive) * os.sysconf("SC_PAGE_SIZE"), total
+
+
 class CPUMemory(MemoryOps):
     """Host memory figures (see the module docstring); the live-allocation counter opens on creation."""
 
@@ -294,9 +354,25 @@ class CPUMemory(MemoryOps):
         self._lock = threading.Lock()
         self._peak = 0
         self._cpu_mark: tuple[float, float] | None = None
+        self._rss_peak: int | None = None  # without /proc, after a reset: the highest resident set read since
 
     def _status(self, op: str) -> dict[str, int]:
         return _read_kib_fields(_PROC_STATUS, self.backend, op)
+
+    def _resident(self, op: str) -> tuple[int, int]:
+        """(resident set size, its peak): /proc/self/status, else the Mach kernel's task info (macOS)."""
+        try:
+            fields = self._status(op)
+            return fields["VmRSS"], max(fields["VmHWM"], fields["VmRSS"])
+        except UnsupportedError:
+            found = _mach_resident()
+            if found is None:
+                raise
+        rss, peak = found
+        with self._lock:
+            if self._rss_peak is not None:  # the kernel's peak cannot be reset there: the reads since the reset
+                peak = self._rss_peak = max(self._rss_peak, rss)
+        return rss, max(peak, rss)
 
     def _allocated(self, op: str) -> int:
         counter = self._counter
@@ -321,16 +397,18 @@ class CPUMemory(MemoryOps):
         with self._lock:
             return max(self._peak, current)
 
-    @translated("resident set size of the process (VmRSS): what the host holds in RAM for it")
+    @translated("resident set size of the process (VmRSS; macOS: the task's resident_size): what the host holds "
+                "in RAM for it")
     def memory_reserved(self, index: int) -> int:
-        return self._status("memory_reserved")["VmRSS"]
+        return self._resident("memory_reserved")[0]
 
-    @translated("peak resident set size (VmHWM), never below VmRSS (the kernel updates the peak lazily)")
+    @translated("peak resident set size (VmHWM; macOS: resident_size_max), never below the current one (the kernel "
+                "updates the peak lazily)")
     def max_memory_reserved(self, index: int) -> int:
-        fields = self._status("max_memory_reserved")
-        return max(fields["VmHWM"], fields["VmRSS"])
+        return self._resident("max_memory_reserved")[1]
 
-    @translated("sets the allocated peak to the current figure and resets VmHWM through /proc/self/clear_refs")
+    @translated("sets the allocated peak to the current figure and resets VmHWM through /proc/self/clear_refs "
+                "(macOS: the reserved peak is then the highest resident set read since)")
     def reset_peak_memory_stats(self, index: int) -> None:
         counter = self._counter
         value = counter.read() if counter is not None else 0  # type: ignore[attr-defined]
@@ -344,7 +422,10 @@ class CPUMemory(MemoryOps):
                 raise UnsupportedError(
                     "reset_peak_memory_stats", self.backend, f"needs a writable /proc/self/clear_refs: {exc}"
                 ) from exc
-            # no /proc (macOS): there is no reserved peak to reset; the allocated peak is reset above
+            # no /proc (macOS): the kernel's peak cannot be reset; from now on the peak is the reads' highest
+            found = _mach_resident()
+            with self._lock:
+                self._rss_peak = found[0] if found is not None else None
 
     @noop("the CPU backend keeps no accumulated counters (memory_stats' allocated/freed totals are 0)")
     def reset_accumulated_memory_stats(self, index: int) -> None:
@@ -358,18 +439,27 @@ class CPUMemory(MemoryOps):
             peak = max(self._peak, allocated)
         try:
             fields = self._status("memory_stats")
-            reserved, reserved_peak = fields["VmRSS"], max(fields["VmHWM"], fields["VmRSS"])
         except UnsupportedError:
-            fields, reserved, reserved_peak = {}, 0, 0
+            fields = {}
+        try:
+            reserved, reserved_peak = self._resident("memory_stats")
+        except UnsupportedError:
+            reserved, reserved_peak = 0, 0
         extra: dict = {"cpu.source": _source_name}
         for key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem", "VmSize"):
             if key in fields:
                 extra[f"cpu.{key}"] = fields[key]
         return memstats.device_stats(allocated, peak, reserved, reserved_peak, extra=extra)
 
-    @translated("(MemAvailable, MemTotal) from /proc/meminfo")
+    @translated("(MemAvailable, MemTotal) from /proc/meminfo; macOS: (free + inactive pages, hw.memsize)")
     def mem_get_info(self, index: int) -> tuple[int, int]:
-        info = _read_kib_fields(_MEMINFO, self.backend, "mem_get_info")
+        try:
+            info = _read_kib_fields(_MEMINFO, self.backend, "mem_get_info")
+        except UnsupportedError:
+            found = _mach_mem_info()
+            if found is None:
+                raise
+            return found
         return info["MemAvailable"], info["MemTotal"]
 
     @noop("torch's CPU allocator holds no cache to release")
@@ -432,7 +522,7 @@ class CPUMemory(MemoryOps):
               "the host is not the backend's to report")
     def list_gpu_processes(self, index: int) -> str:
         try:
-            used = self._status("list_gpu_processes")["VmRSS"]
+            used = self._resident("list_gpu_processes")[0]
         except UnsupportedError:
             used = self._allocated("list_gpu_processes")
         return (f"GPU:{index}\nprocess {os.getpid():>10d} uses {used / (1024 * 1024):>12.3f} MB GPU memory\n"
@@ -523,6 +613,70 @@ def _total_memory() -> int:
         return _read_kib_fields(_MEMINFO, "cpu", "get_device_properties")["MemTotal"]
 
 
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity masks (macOS)
+        return os.cpu_count() or 1
+
+
+_CPU0 = "/sys/devices/system/cpu/cpu0"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _sysctl_int(name: str) -> int | None:
+    """``sysctlbyname(name)`` as an integer (macOS, BSD); None elsewhere or when it fails."""
+    if sys.platform != "darwin":
+        return None
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").sysctlbyname
+        value, size = ctypes.c_uint64(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint64))
+        if fn(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return int(value.value) if size.value in (4, 8) else None
+
+
+def _threads_per_core() -> int:
+    siblings = _read(f"{_CPU0}/topology/thread_siblings_list")  # "0-1", "0,4" or "0"
+    if siblings:
+        count = 0
+        for part in siblings.split(","):
+            low, _, high = part.partition("-")
+            count += int(high) - int(low) + 1 if high else 1
+        return count
+    logical, physical = _sysctl_int("hw.logicalcpu"), _sysctl_int("hw.physicalcpu")
+    return logical // physical if logical and physical else 1
+
+
+def _l2_cache_size() -> int:
+    for i in range(8):
+        level, size = _read(f"{_CPU0}/cache/index{i}/level"), _read(f"{_CPU0}/cache/index{i}/size")
+        if level == "2" and size:  # "2048K"
+            units = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}
+            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return _sysctl_int("hw.l2cachesize") or 0
+
+
+def _max_clock_khz() -> int:
+    found = _read(f"{_CPU0}/cpufreq/cpuinfo_max_freq")
+    if found and found.isdigit():
+        return int(found)
+    mhz = _cpu_mhz()
+    if mhz:
+        return mhz * 1000
+    hz = _sysctl_int("hw.cpufrequency_max")
+    return hz // 1000 if hz else 0
+
+
 class CPUBackend(Backend):
     """The host CPU as one device."""
 
@@ -537,14 +691,38 @@ class CPUBackend(Backend):
     def device_count(self) -> int:
         return host_device_count()
 
+    #: What each of CUDA's property fields is on this backend (docs/compatibility.md shows it)
+    PROPERTY_NOTES = {
+        "name": "the CPU model name (/proc/cpuinfo, else platform)",
+        "total_memory": "the host's physical memory",
+        "multi_processor_count": "the logical CPUs this process may run on (its affinity mask)",
+        "is_integrated": "1: the device computes in host memory",
+        "is_multi_gpu_board": "0",
+        "max_threads_per_multi_processor": "hardware threads per core (SMT siblings of CPU 0), 1 where the OS "
+                                           "does not say",
+        "warp_size": "1: a CPU thread executes alone (no lockstep thread groups)",
+        "L2_cache_size": "the L2 cache of CPU 0 in bytes (Linux sysfs, macOS sysctl), 0 where the OS does not say",
+        "clock_rate": "the maximum clock of CPU 0 in kHz (cpufreq cpuinfo_max_freq; else its current clock, "
+                      "cpufreq or /proc/cpuinfo; else macOS sysctl), 0 where the OS does not say",
+        "memory_clock_rate": "0: not readable without privileges",
+        "memory_bus_width": "0: not readable without privileges",
+        "shared_memory_per_block": "0: a CPU has no software-managed shared memory",
+        "shared_memory_per_multiprocessor": "0: a CPU has no software-managed shared memory",
+    }
+
     def device_properties(self, index: int) -> DeviceProperties:
         return DeviceProperties(
             name=_cpu_name(),
             total_memory=_total_memory(),
-            multi_processor_count=os.cpu_count() or 1,
+            multi_processor_count=_usable_cpus(),
             bf16_supported=True,  # torch computes bf16 on every CPU (natively with AVX512-BF16/AMX)
             type="cpu",
             raw={"cpu_capability": torch.backends.cpu.get_cpu_capability()},
+            is_integrated=1,
+            max_threads_per_multi_processor=_threads_per_core(),
+            warp_size=1,
+            L2_cache_size=_l2_cache_size(),
+            clock_rate=_max_clock_khz(),
         )
 
     def memory(self) -> CPUMemory:

@@ -68,9 +68,10 @@ import torch
 from . import router
 from .backend import Status
 from .errors import InvalidDeviceError, UnsupportedError
+from .vocabulary import SOURCE_FAMILIES
 
 #: Device types whose code torchdevice translates (torchdevice.translate.SOURCE_TYPES).
-SOURCE_TYPES = ("cuda", "mps", "xpu", "mtia")
+SOURCE_TYPES = SOURCE_FAMILIES
 
 _Device = type(torch.empty(0).device)  # the real class, even while torch.device is a stand-in
 

@@ -59,7 +59,7 @@ class UnsupportedError(TorchDeviceError, NotImplementedError):
 _BASES = (torch.AcceleratorError, TorchDeviceError) if hasattr(torch, "AcceleratorError") else (TorchDeviceError,)
 
 
-class InvalidDeviceError(*_BASES):
+class InvalidDeviceError(*_BASES):  # type: ignore[misc]
     """A device index beyond the backend's device count.
 
     Subclasses ``torch.AcceleratorError`` (a ``RuntimeError``), the class CUDA

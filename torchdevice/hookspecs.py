@@ -27,7 +27,13 @@ override one family of another plugin's backend).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
+
+if TYPE_CHECKING:  # annotations only: the hookspecs import nothing of torchdevice at run time
+    from .backend import Availability, BackendSpec, CollectiveOps, DeviceProperties, MemoryOps, RNGOps, StreamOps
+    from .integrations import Integration
 
 PROJECT = "torchdevice"
 
@@ -39,7 +45,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def torchdevice_backends():
+def torchdevice_backends() -> list[BackendSpec]:
     """Declare the backends this plugin provides.
 
     Called once per discovery, for every plugin. Returns a list of
@@ -51,7 +57,7 @@ def torchdevice_backends():
 
 
 @hookspec(firstresult=True)
-def torchdevice_availability(name):
+def torchdevice_availability(name: str) -> Availability | None:
     """Say whether backend ``name`` can run on this machine, and why not.
 
     Called once per discovery for each declared backend. Returns a
@@ -62,7 +68,7 @@ def torchdevice_availability(name):
 
 
 @hookspec(firstresult=True)
-def torchdevice_device_count(name):
+def torchdevice_device_count(name: str) -> int | None:
     """Return how many devices backend ``name`` has (an ``int``).
 
     Called once, when an available backend is first resolved; the count is
@@ -72,7 +78,7 @@ def torchdevice_device_count(name):
 
 
 @hookspec(firstresult=True)
-def torchdevice_device_properties(name, index):
+def torchdevice_device_properties(name: str, index: int) -> DeviceProperties | None:
     """Return a :class:`torchdevice.backend.DeviceProperties` for device ``index``.
 
     Gives the device's name, total memory, compute capability and the
@@ -85,7 +91,7 @@ def torchdevice_device_properties(name, index):
 
 
 @hookspec(firstresult=True)
-def torchdevice_memory(name):
+def torchdevice_memory(name: str) -> MemoryOps | None:
     """Return the :class:`torchdevice.backend.MemoryOps` of backend ``name``.
 
     Called once when the backend is resolved; the object is cached and its
@@ -98,7 +104,7 @@ def torchdevice_memory(name):
 
 
 @hookspec(firstresult=True)
-def torchdevice_streams(name):
+def torchdevice_streams(name: str) -> StreamOps | None:
     """Return the :class:`torchdevice.backend.StreamOps` of backend ``name``.
 
     It owns execution state: the per-thread current device, the ``Stream`` and
@@ -111,7 +117,7 @@ def torchdevice_streams(name):
 
 
 @hookspec(firstresult=True)
-def torchdevice_rng(name):
+def torchdevice_rng(name: str) -> RNGOps | None:
     """Return the :class:`torchdevice.backend.RNGOps` of backend ``name``.
 
     Seeding, initial seed, and generator state get/set per device. Called
@@ -123,7 +129,7 @@ def torchdevice_rng(name):
 
 
 @hookspec(firstresult=True)
-def torchdevice_collectives(name):
+def torchdevice_collectives(name: str) -> CollectiveOps | None:
     """Return the :class:`torchdevice.backend.CollectiveOps` of backend ``name``.
 
     Declares which ``torch.distributed`` backend (``"gloo"``, ``"nccl"``,
@@ -137,7 +143,7 @@ def torchdevice_collectives(name):
 
 
 @hookspec
-def torchdevice_integrations():
+def torchdevice_integrations() -> list[Integration]:
     """Declare framework integrations: objects adapting a framework's own CUDA checks to the target.
 
     Called when translation turns on (:func:`torchdevice.patch`), for every

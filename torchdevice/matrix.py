@@ -395,6 +395,34 @@ def extra_rows(backends=None) -> list[Row]:
     return result
 
 
+def property_rows(backends=None) -> list[Row]:
+    """One row per field of CUDA's device properties (:data:`torchdevice.backend.CUDA_PROPERTY_FIELDS`):
+    what ``get_device_properties(i).<field>`` answers on each backend."""
+    from .backend import CUDA_PROPERTY_FIELDS
+    from .capability import FILLED
+    from .cpu import CPUBackend
+
+    names = _resolve_backends(backends)
+    result = []
+    for name in CUDA_PROPERTY_FIELDS:
+        statuses: dict[str, tuple[Status, str]] = {}
+        for b in names:
+            if view(b).device_type == "cuda":
+                statuses[b] = (Status.NATIVE, "the real CUDA property (translated namespaces carry the same value)")
+            elif b == CPUBackend.name:
+                statuses[b] = (Status.TRANSLATED, CPUBackend.PROPERTY_NOTES.get(name) or FILLED[name])
+            else:
+                if name in ("name", "total_memory"):
+                    rest = ""
+                elif name == "is_integrated" and view(b).device_type != "cpu":
+                    rest = "; 0 where it gives none"
+                else:
+                    rest = f"; where it gives none, {FILLED[name]}" if name in FILLED else "; 0 where it gives none"
+                statuses[b] = (Status.TRANSLATED, f"the {b} backend's value{rest}")
+        result.append(Row(f"get_device_properties().{name}", "", statuses))
+    return result
+
+
 def counts(table: list[Row], backends: list[str]) -> dict[str, dict[str, dict[str, int]]]:
     """``{section: {backend: {status: n}}}``."""
     result: dict = {}
@@ -425,6 +453,7 @@ def data(backends=None) -> dict:
         "counts": counts(table, names),
         "functions": [encode(r) for r in table],
         "also_fronted": [encode(r) for r in extra_rows(names)],
+        "device_properties": [encode(r) for r in property_rows(names)],
         "problems": {b: _view_problems.get(b, []) for b in names if _view_problems.get(b)},
     }
 
@@ -509,6 +538,12 @@ def render_md(backends=None) -> str:
                 "Classes, submodule spellings, NVTX, `torch.cuda.comm` and AMP entry points that translation "
                 "gives a behaviour too.", ""]
         out += _md_table(extras, names, single)
+    out += ["", "## Device properties", "",
+            "Every field of `torch.cuda.get_device_properties(i)` (torch's `_CudaDeviceProperties`; likewise "
+            "`torch.xpu`/`mps`/`mtia`'s) as a translated program reads it. A query is answered honestly in "
+            "CUDA's shape: 0 means the device has no such thing, or it cannot be read. torch's own code "
+            "(inductor, the profiler) reads the real machine's properties instead (the boundary rule, README).", ""]
+    out += _md_table(property_rows(names), names, single)
     return "\n".join(out) + "\n"
 
 

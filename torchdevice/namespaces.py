@@ -79,7 +79,6 @@ import importlib
 import inspect
 import threading
 import types
-import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple
 
@@ -90,13 +89,14 @@ from . import trace as _trace
 from .backend import STATUS_ATTR, Status, status_of
 from .errors import InvalidDeviceError, UnsupportedError
 from .streams import HostEvent, HostStream, index_in, parse_index
+from .vocabulary import SOURCE_FAMILIES
 
 NATIVE, TRANSLATED, EMULATED, NOOP, UNSUPPORTED = (
     Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, Status.UNSUPPORTED,
 )
 
 #: The namespaces torchdevice fronts, by device type.
-NAMESPACES = ("cuda", "mps", "xpu", "mtia")
+NAMESPACES = SOURCE_FAMILIES
 
 #: Submodules that re-export namespace functions; patched alongside the namespace.
 SUBMODULES = {
@@ -644,7 +644,7 @@ def _deprecated_alias(target: str, message: str):
         fn, index, text = getattr(fx.memory, target), fx.index, message.format(ns=ns)
 
         def impl(device=None):
-            warnings.warn(text, FutureWarning, stacklevel=3)
+            _trace.warn(text, FutureWarning)
             return fn(index(device))
 
         impl.__name__ = impl.__qualname__ = name
@@ -767,7 +767,19 @@ _unsupported("caching_allocator_delete", "free the memory by dropping the tensor
 _unsupported("change_current_allocator", "the {backend} backend's allocator cannot be replaced from Python")
 _unsupported("get_allocator_backend",
              "the {backend} backend has no configurable allocator backend (PYTORCH_CUDA_ALLOC_CONF is CUDA's)")
-_unsupported("memory_snapshot", "no allocator segment snapshot on the {backend} backend; use torch.{ns}.memory_stats()")
+
+
+@_spec("memory_snapshot", declared(TRANSLATED, "the {backend} backend exposes no caching-allocator segments: an "
+                                               "empty list, the snapshot CUDA gives before its first allocation (a "
+                                               "question answered, not refused; a backend with segments defines "
+                                               "MemoryOps.memory_snapshot)"))
+def _b_memory_snapshot(fx, ns, name):
+    def memory_snapshot(mempool_id=None, include_traces=True) -> list:
+        return []
+
+    return memory_snapshot
+
+
 _unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats"),
              "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()")
 
@@ -790,8 +802,20 @@ _unsupported("list_gpu_processes",
 _unsupported(("memory_usage", "utilization", "temperature", "power_draw", "clock_rate"),
              "device telemetry comes from NVML/amd-smi on NVIDIA/AMD GPUs only; read the {backend} "
              "machine's own monitoring tools")
-_unsupported(("record_memory_history", "snapshot"),
+_unsupported("record_memory_history",
              "allocator history is a feature of the {ns} allocator; use torch.{ns}.memory_stats()")
+
+
+@_spec("snapshot", declared(TRANSLATED, "the {backend} backend exposes no allocator segments and records no "
+                                        "history: {{'segments': [], 'device_traces': [[] per device]}}, the empty "
+                                        "snapshot"))
+def _b_snapshot(fx, ns, name):
+    count = fx.count
+
+    def snapshot() -> dict:
+        return {"segments": [], "device_traces": [[] for _ in range(count)]}
+
+    return snapshot
 
 
 @_spec("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))
@@ -1526,6 +1550,10 @@ def install(patcher, target) -> None:
     if target.sources:
         _install_get_device_module(patcher, target, view)
     _installed = installed
+    _trace.quiet = frozenset(  # the other families answer "not here", as on the source machine: not listed
+        api for ns in target.sources if ns != fx.source
+        for api in (f"torch.{ns}.is_available", f"torch.{ns}.device_count", f"torch.{ns}.is_initialized",
+                    f"torch.backends.{ns}.is_available", f"torch.backends.{ns}.is_built"))
 
 
 def _host_streams(view: View) -> bool:

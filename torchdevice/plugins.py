@@ -22,12 +22,13 @@ such a plugin with ``TORCHDEVICE_DISABLE_PLUGINS``).
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import signal
+import sys
 import threading
 import traceback
-from importlib.metadata import entry_points
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -158,6 +159,22 @@ def _load_builtin() -> None:
 
         pm.register(cpu_plugin, name=BUILTIN)
         plugin_info[BUILTIN] = PluginInfo(BUILTIN, "torchdevice", _core_version())
+
+
+_entry_point_cache: tuple[tuple[str, ...], Any] | None = None
+
+
+def entry_points(*, group: str) -> list[Any]:
+    """The installed entry points of ``group``, from one metadata scan per ``sys.path``.
+
+    ``importlib.metadata.entry_points()`` reads every installed distribution on each call; activation
+    asks for two groups (backends, integrations), so the scan is kept while ``sys.path`` is unchanged.
+    """
+    global _entry_point_cache
+    key = tuple(sys.path)
+    if _entry_point_cache is None or _entry_point_cache[0] != key:
+        _entry_point_cache = (key, importlib.metadata.entry_points())
+    return list(_entry_point_cache[1].select(group=group))
 
 
 def load_only(name: str) -> bool:

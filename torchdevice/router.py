@@ -85,7 +85,7 @@ class ActiveBackend:
                 raise TorchDeviceError(f"backend {self.name!r} gave no properties for device {index}{why}")
             from .capability import complete  # a device without a capability answers with its profile
 
-            props = self._properties[index] = complete(props)
+            props = self._properties[index] = complete(props, self.name, index, self.device_type)
         return props
 
 

@@ -367,27 +367,11 @@ def _display_site(site: str, cwd: str) -> str:
     return f"{filename}:{line}"
 
 
-#: The questions "is there a device of this family?": answered "no" for every family but the source.
-_PROBES = ("is_available", "device_count")
-
-
-def _other_family_probe(api: str, target) -> str | None:
-    """The family of ``api`` when it is a device probe of a translated family other than the source
-    (``torch.xpu.is_available``, ``torch.backends.mps.is_available``), else None.
-
-    Such a probe is the program (or its framework) checking for hardware it was not written for; the
-    source-family rule answers no device, as the source machine would. The report counts these apart
-    (``other_family_probes``) rather than among the translated APIs the program used."""
-    parts = api.split(".")
-    if parts[0] != "torch" or parts[-1] not in _PROBES or len(parts) not in (3, 4):
-        return None
-    if len(parts) == 4 and parts[1] != "backends":
-        return None
-    family = parts[-2]
-    source = getattr(target, "source", None)
-    if source is None or family == source or family not in getattr(target, "sources", ()):
-        return None
-    return family
+def _api_entry(use, cwd: str, via: str | None = None) -> dict:
+    handled, note = _split_how(use.how)
+    sites = [{"site": _display_site(site, cwd), "calls": n} for site, n in use.sites.most_common()]
+    entry = {"api": use.api, "handled": handled, "note": note, "calls": use.calls, "sites": sites}
+    return {"via": via, **entry} if via is not None else entry
 
 
 def report_dict(target, command: list[str], module: bool, status: int, duration: float,
@@ -398,18 +382,13 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
     cwd = cwd or os.getcwd()
     apis = []
     by_status: dict[str, dict[str, int]] = {}
-    probes: dict[str, int] = {}
     for use in trace.report_data():
-        family = _other_family_probe(use.api, target)
-        if family is not None:
-            probes[family] = probes.get(family, 0) + use.calls
-            continue
-        handled, note = _split_how(use.how)
-        sites = [{"site": _display_site(site, cwd), "calls": n} for site, n in use.sites.most_common()]
-        apis.append({"api": use.api, "handled": handled, "note": note, "calls": use.calls, "sites": sites})
-        agg = by_status.setdefault(handled, {"apis": 0, "calls": 0})
+        entry = _api_entry(use, cwd)
+        apis.append(entry)
+        agg = by_status.setdefault(entry["handled"], {"apis": 0, "calls": 0})
         agg["apis"] += 1
         agg["calls"] += use.calls
+    via_torch = [_api_entry(use, cwd, via=via) for via, use in trace.made_by_torch_uses()]
     return {
         "torchdevice": __version__,
         "command": (["python", "-m"] if module else ["python"]) + list(command),
@@ -422,7 +401,16 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         "total_calls": sum(a["calls"] for a in apis),
         "by_handling": by_status,
         "apis": apis,
-        "other_family_probes": dict(sorted(probes.items())),
+        # calls torch made while running a torch function the program called (torch.manual_seed seeds
+        # every device family): counted per that function, not listed as the program's API uses
+        "made_by_torch": trace.made_by_torch(),
+        # the same calls one by one: each inner API with its real handling, and the program's lines that
+        # called the torch function ("torch.mps.manual_seed via torch.manual_seed at prog.py:3")
+        "made_by_torch_apis": via_torch,
+        # availability probes of the families the program is not written for, answered "not here"
+        "other_family_probes": trace.other_family_probes(),
+        # what plugins count themselves (the mlx plugin: ATen ops that fell back to torch on the host)
+        "sections": trace.sections(),
         "note": "counts the torchdevice run process; child processes are not included",
     }
 
@@ -442,26 +430,51 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
     out.append(f"- Exit status: {data['exit_status']}")
     out.append(f"- Duration: {data['duration_s']:.2f} s")
     out.append(f"- Translated APIs called: {len(data['apis'])} ({data['total_calls']} calls)")
-    probes = data.get("other_family_probes")
-    if probes:
-        out.append(f"- Device probes of other families (answered: no device; only the source family "
-                   f"`{data['source']}` claims one): " + ", ".join(f"`{f}` {n}" for f, n in probes.items()))
     out.append(f"- torchdevice {data['torchdevice']}; {data['note']}")
+    if data.get("made_by_torch"):
+        out.append("- Translated calls torch made on the program's behalf (listed apart, last): "
+                   + ", ".join(f"{n} by `{_md_cell(f)}`" for f, n in data["made_by_torch"].items()))
     out.append("")
+    for name, counts in (data.get("sections") or {}).items():
+        out += [f"## {_md_cell(name)}", "", "| what | count |", "|---|---:|"]
+        out += [f"| `{_md_cell(k)}` | {v} |" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+                if isinstance(v, int)] or [f"| {_md_cell(counts)} | |"]
+        out.append("")
     if not data["apis"]:
         out.append("The program called no translated API.")
-        return "\n".join(out) + "\n"
+        return "\n".join(out + _md_made_by_torch(data, max_sites)) + "\n"
     out += ["## By handling", "", "| handled as | APIs | calls |", "|---|---:|---:|"]
     for handled, agg in sorted(data["by_handling"].items(), key=lambda kv: -kv[1]["calls"]):
         out.append(f"| {_md_cell(handled)} | {agg['apis']} | {agg['calls']} |")
     out += ["", "## APIs", "", "| API | calls | handled as | call sites |", "|---|---:|---|---|"]
     for api in data["apis"]:
-        sites = ", ".join(f"`{_md_cell(s['site'])}` ({s['calls']})" for s in api["sites"][:max_sites])
-        if len(api["sites"]) > max_sites:
-            sites += f", and {len(api['sites']) - max_sites} more"
-        handled = api["handled"] + (f": {api['note']}" if api["note"] else "")
-        out.append(f"| `{_md_cell(api['api'])}` | {api['calls']} | {_md_cell(handled)} | {sites} |")
-    return "\n".join(out) + "\n"
+        out.append(f"| `{_md_cell(api['api'])}` | {api['calls']} | {_md_handled(api)} | {_md_sites(api, max_sites)} |")
+    return "\n".join(out + _md_made_by_torch(data, max_sites)) + "\n"
+
+
+def _md_handled(api: dict) -> str:
+    return _md_cell(api["handled"] + (f": {api['note']}" if api["note"] else ""))
+
+
+def _md_sites(api: dict, max_sites: int) -> str:
+    sites = ", ".join(f"`{_md_cell(s['site'])}` ({s['calls']})" for s in api["sites"][:max_sites])
+    if len(api["sites"]) > max_sites:
+        sites += f", and {len(api['sites']) - max_sites} more"
+    return sites
+
+
+def _md_made_by_torch(data: dict, max_sites: int) -> list[str]:
+    entries = data.get("made_by_torch_apis") or []
+    if not entries:
+        return []
+    out = ["", "## Called by torch on the program's behalf", "",
+           "The program called the torch function in the second column; torch called the translated API itself. "
+           "Call sites are the program's calls of that torch function.", "",
+           "| API | via | calls | handled as | call sites |", "|---|---|---:|---|---|"]
+    for api in entries:
+        out.append(f"| `{_md_cell(api['api'])}` | `{_md_cell(api['via'])}` | {api['calls']} | {_md_handled(api)} "
+                   f"| {_md_sites(api, max_sites)} |")
+    return out
 
 
 def write_report(path: str, data: dict) -> None:

@@ -71,6 +71,7 @@ from .backend import (
     status_of,
 )
 from .errors import BackendUnavailableError, UnsupportedError
+from .vocabulary import SOURCE_FAMILIES
 
 __all__ = [
     "Call",
@@ -738,7 +739,7 @@ def _check_memory_moves(active, device_type: str) -> str:
 
     if not _supported(active.memory, "memory_allocated") or status_of(active.memory, "memory_allocated")[0] is Status.NOOP:
         return "memory not tracked (declared)"
-    source = next(s for s in ("cuda", "mps", "xpu", "mtia") if s != device_type)
+    source = next(s for s in SOURCE_FAMILIES if s != device_type)
     size = 64 << 20
     with torchdevice.patched():  # the backend's tensors: what a translated program allocates
         before = torchdevice.memory_allocated()
@@ -1272,7 +1273,7 @@ def hook_reference_markdown() -> str:
     for name, fn in hooks:
         opts = getattr(fn, f"{hookspecs.PROJECT}_spec", {}) or {}
         kind = "first result wins" if opts.get("firstresult") else "all results collected"
-        lines += [f"### `{name}{inspect.signature(fn)}`", "", f"*{kind}*", "", _markdown(fn.__doc__), ""]
+        lines += [f"### `{_render_signature(fn, name)}`", "", f"*{kind}*", "", _markdown(fn.__doc__), ""]
 
     lines += ["### `Backend`: the base class of a plugin", "", _markdown(Backend.__doc__), ""]
     for name, value in _members(Backend):

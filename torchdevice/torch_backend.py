@@ -42,6 +42,7 @@ import threading
 from typing import Any, Callable, ClassVar, Iterable
 
 from .backend import (
+    CUDA_PROPERTY_FIELDS,
     STATUS_ATTR,
     Availability,
     Backend,
@@ -405,6 +406,7 @@ class TorchNamespaceBackend(Backend):
             bf16_supported=self.bf16_supported(index),
             type=self.name,
             raw=raw,
+            **_other_cuda_fields(raw),
         )
 
     def bf16_supported(self, index: int) -> bool:
@@ -428,6 +430,25 @@ class TorchNamespaceBackend(Backend):
 
     def collectives(self) -> CollectiveOps:
         return self.collectives_class(self.name, self.device_type, self.dist_backend)
+
+
+def _other_cuda_fields(raw) -> dict:
+    """The CUDA property fields besides the ones read above that ``raw`` has under CUDA's names."""
+    found = {}
+    for name in CUDA_PROPERTY_FIELDS:
+        if name in ("name", "total_memory", "major", "minor", "multi_processor_count"):
+            continue
+        value = getattr(raw, name, None)
+        if value is None:
+            continue
+        if name in ("uuid", "gcnArchName"):
+            found[name] = str(value)
+        else:
+            try:
+                found[name] = int(value)
+            except (TypeError, ValueError):  # a field of another meaning under the same name: not taken
+                pass
+    return found
 
 
 def _opt_int(value) -> int | None:

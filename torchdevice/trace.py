@@ -9,6 +9,13 @@ pays one attribute read and nothing else.
   translated call site is logged once, at DEBUG, with ``file:line``.
 * Report: :func:`start_report` counts every call per API and call site with
   how it was handled; :func:`report_data` returns it.
+
+A call torch makes on the program's behalf -- ``torch.manual_seed`` seeding every
+device family through ``torch.mps.manual_seed``, ``torch.xpu.manual_seed_all`` ... --
+is not the program's call: it is listed under the torch function the program
+called (:func:`made_by_torch_uses`: "``torch.mps.manual_seed`` via ``torch.manual_seed``",
+with how it was handled and the program's line that called ``torch.manual_seed``), not as
+a use of the inner API at the program's line.
 """
 from __future__ import annotations
 
@@ -18,6 +25,8 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import Callable
 
 logger = logging.getLogger("torchdevice")
 
@@ -37,67 +46,112 @@ class APIUse:
 
 
 _uses: dict[str, APIUse] = {}
+#: (the torch function the program called, the translated API it called in turn) -> those calls, with
+#: how each was handled and the program's lines that called the torch function
+_via: dict[tuple[str, str], APIUse] = {}
+#: availability probes of the families the program is not written for (``torch.xpu.is_available`` while
+#: the source is cuda): they answer as a machine without that family would, torch's own answer here,
+#: so they are counted (:func:`other_family_probes`) but not listed as translated APIs
+quiet: frozenset[str] = frozenset()
+_quiet_calls = 0
+_sections: dict[str, Callable[[], dict]] = {}
 
-def _skip_prefixes() -> tuple[tuple[str, ...], str]:
-    """(the prefixes of frames that are no call site, torch's package directory)."""
+def _skip_prefixes() -> tuple[str, ...]:
     import runpy
 
     import torch
 
     here = os.path.dirname(os.path.abspath(__file__))
-    torch_dir = os.path.dirname(torch.__file__) + os.sep
-    # "<torchdevice.": code torchdevice generates (torchdevice.boundary's split answers)
-    return (here + os.sep, torch_dir, runpy.__file__, "<frozen ", "<torchdevice."), torch_dir
+    return (here + os.sep, os.path.dirname(torch.__file__) + os.sep, runpy.__file__, "<frozen ")
 
 
 _SKIP: tuple[str, ...] = ()
-_OWN: tuple[str, ...] = ()  # torchdevice's own frames: the translation wrappers
 _TORCH = ""
 
 
-def _call_site(depth: int = 2) -> tuple[str, int, bool]:
-    """The first frame outside torch and torchdevice (the user's line), and whether the translated
-    API was called by torch's own code (``torch.manual_seed`` seeding every family, ``fork_rng``)."""
-    global _SKIP, _OWN, _TORCH
+def _call_site(depth: int = 2) -> tuple[str, int, FrameType | None]:
+    """The first frame outside torch and torchdevice (the user's line), and the frame of torch's
+    code the user's line called on the way, if the call went through torch (else None)."""
+    global _SKIP, _TORCH
     if not _SKIP:
-        _SKIP, _TORCH = _skip_prefixes()
-        _OWN = tuple(p for p in _SKIP if p != _TORCH)
-    frame = sys._getframe(depth)
-    by_torch: bool | None = None
+        _SKIP = _skip_prefixes()
+        _TORCH = _SKIP[1]
+    frame: FrameType | None = sys._getframe(depth)
+    through = None
     while frame is not None:
         filename = frame.f_code.co_filename
-        if by_torch is None and not filename.startswith(_OWN):
-            by_torch = filename.startswith(_TORCH)
         if not filename.startswith(_SKIP):
-            return filename, frame.f_lineno, bool(by_torch)
+            return filename, frame.f_lineno, through
+        if filename.startswith(_TORCH) and (through is None or "<locals>" not in _qualname(frame.f_code)):
+            through = frame  # the outermost torch function on the way, not a decorator's inner wrapper
         frame = frame.f_back
-    return "<unknown>", 0, bool(by_torch)
+    return "<unknown>", 0, through
+
+
+def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
+    """``warnings.warn`` located at the program's line: the first frame outside torch, torchdevice
+    and the import machinery, however deep inside them the warning arises."""
+    import warnings
+
+    filename, lineno, _ = _call_site()
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename != filename or frame.f_lineno != lineno):
+        frame = frame.f_back
+    module_globals = frame.f_globals if frame is not None else {}
+    registry = module_globals.setdefault("__warningregistry__", {}) if frame is not None else None
+    warnings.warn_explicit(message, category, filename, lineno, module=module_globals.get("__name__"),
+                           registry=registry, module_globals=module_globals or None)
+
+
+def _qualname(code) -> str:
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def _torch_name(frame: FrameType) -> str:
+    """``torch.manual_seed`` for the frame of ``torch.random.manual_seed`` (the public spelling when
+    ``torch`` re-exports the function), else ``module.qualname``."""
+    code = frame.f_code
+    torch = sys.modules.get("torch")
+    public = getattr(torch, code.co_name, None) if torch is not None else None
+    while public is not None and getattr(public, "__code__", None) is not code:
+        public = getattr(public, "__wrapped__", None)  # torch.manual_seed may be torchdevice's wrapper of it
+    if public is not None:
+        return f"torch.{code.co_name}"
+    module = frame.f_globals.get("__name__", "torch")
+    return f"{module}.{_qualname(code)}"
 
 
 def note(api: str, how: str) -> None:
-    """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``.
-
-    A call torch's own code makes (``torch.manual_seed`` calls every family's ``manual_seed_all``,
-    ``torch.random.fork_rng`` their RNG state functions) is not the program's: neither counted nor
-    logged. The program's call of the torch function is what it wrote.
-    """
-    filename, lineno, by_torch = _call_site()
-    if by_torch:
-        return
+    """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``."""
+    global _quiet_calls
+    filename, lineno, through = _call_site()
+    via = _torch_name(through) if through is not None else None
     with _lock:
         if _report_on:
-            use = _uses.get(api)
-            if use is None:
-                use = _uses[api] = APIUse(api, how)
-            use.calls += 1
-            use.sites[f"{filename}:{lineno}"] += 1
+            if api in quiet:
+                _quiet_calls += 1
+            elif via is not None:
+                use = _via.get((via, api))
+                if use is None:
+                    use = _via[(via, api)] = APIUse(api, how)
+                use.calls += 1
+                use.sites[f"{filename}:{lineno}"] += 1
+            else:
+                use = _uses.get(api)
+                if use is None:
+                    use = _uses[api] = APIUse(api, how)
+                use.calls += 1
+                use.sites[f"{filename}:{lineno}"] += 1
         if _log_on:
             key = (api, filename, lineno)
             if key in _logged_sites:
                 return
             _logged_sites.add(key)
     if _log_on:
-        logger.debug("%s:%d: %s -> %s", filename, lineno, api, how)
+        if via is not None:
+            logger.debug("%s:%d: %s (via %s) -> %s", filename, lineno, api, via, how)
+        else:
+            logger.debug("%s:%d: %s -> %s", filename, lineno, api, how)
 
 
 def _refresh() -> None:
@@ -116,7 +170,7 @@ def configure_logging(level: str | None = None) -> None:
     if not any(getattr(h, "_torchdevice", False) for h in logger.handlers):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("torchdevice %(levelname)s: %(message)s"))
-        handler._torchdevice = True
+        handler._torchdevice = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(level.upper())
     _log_on = logger.isEnabledFor(logging.DEBUG)
@@ -142,7 +196,53 @@ def report_data() -> list[APIUse]:
         return sorted(_uses.values(), key=lambda u: (-u.calls, u.api))
 
 
-def reset() -> None:
+def made_by_torch() -> dict[str, int]:
+    """Translated calls torch made on the program's behalf, per torch function the program called
+    (``{"torch.manual_seed": 3}``), most first."""
+    counts: Counter = Counter()
     with _lock:
+        for (via, _), use in _via.items():
+            counts[via] += use.calls
+    return dict(counts.most_common())
+
+
+def made_by_torch_uses() -> list[tuple[str, APIUse]]:
+    """The calls :func:`made_by_torch` counts, one ``(torch function, use)`` per translated API, each
+    with how it was handled and the program's lines that called the torch function."""
+    with _lock:
+        return sorted(((via, use) for (via, _), use in _via.items()),
+                      key=lambda vu: (vu[0], -vu[1].calls, vu[1].api))
+
+
+def add_section(name: str, counts: Callable[[], dict]) -> None:
+    """Let a plugin add its own counts to ``torchdevice run --report``: ``counts()`` is called when the
+    report is written and returns ``{what: how many}`` (the MLX plugin: ATen ops run on the host instead
+    of in MLX). An empty answer leaves the section out."""
+    _sections[name] = counts
+
+
+def sections() -> dict[str, dict]:
+    """The plugins' report sections that have something to say (see :func:`add_section`)."""
+    found: dict[str, dict] = {}
+    for name, counts in list(_sections.items()):
+        try:
+            data = dict(counts())
+        except Exception as exc:  # a plugin's broken counter must not lose the report
+            data = {"error": f"{type(exc).__name__}: {exc}"}
+        if data:
+            found[name] = data
+    return found
+
+
+def other_family_probes() -> int:
+    """How many availability probes of families other than the source the program made (see :data:`quiet`)."""
+    return _quiet_calls
+
+
+def reset() -> None:
+    global _quiet_calls
+    with _lock:
+        _quiet_calls = 0
         _uses.clear()
+        _via.clear()
         _logged_sites.clear()

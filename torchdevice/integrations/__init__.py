@@ -39,7 +39,6 @@ import importlib.abc
 import os
 import sys
 import threading
-import warnings
 from typing import Any
 
 from ..hookspecs import hookimpl
@@ -105,19 +104,18 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
     from .. import plugins
 
     block = plugins.blocked()
-    for ep in entry_points(group=GROUP):
+    for ep in plugins.entry_points(group=GROUP):
         if ep.name in block or plugins.pm.has_plugin(ep.name) or plugins.pm.is_blocked(ep.name):
             continue
         dist = getattr(ep, "dist", None)
         info = plugins.PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
         stage = "import"
         try:
-            plugin = ep.load()
+            with plugins._deadline(f"importing integration plugin {ep.name!r}"):  # a hanging import is bounded
+                plugin = ep.load()
             stage = "validate"
             plugins.register(plugin, name=ep.name, info=info, notify=False)
         except KeyboardInterrupt:
@@ -146,8 +144,7 @@ def collect() -> dict[str, _State]:
         disabled = _disabled_names()
         results = list(plugins.call_each("torchdevice_integrations"))
         results.sort(key=lambda item: item[0] == PLUGIN_NAME)  # stable: the built-ins last
-        # a state is the plugin's integration of that name, whatever object the hook returns this time
-        # (a plugin may build new ones on every call): what it installed stays known
+        # keyed by (plugin, name): a hook may return new objects on each call; what was installed stays known
         previous = {(s.plugin, n): s for n, s in _states.items()}
         found: dict[str, _State] = {}
         for plugin, result in results:
@@ -211,8 +208,10 @@ def _install(state: _State, module: Any) -> None:
     except BaseException as exc:  # never break the program's import
         state.error = f"{type(exc).__name__}: {exc}"
         plugins._record(state.plugin, f"integration {state.integration.name!r}", exc)
-        warnings.warn(f"torchdevice: integration {state.integration.name!r} failed on {module.__name__}: "
-                      f"{state.error}; the framework runs untranslated by it", RuntimeWarning, stacklevel=2)
+        from .. import trace
+
+        trace.warn(f"torchdevice: integration {state.integration.name!r} failed on {module.__name__}: "
+                   f"{state.error}; the framework runs untranslated by it")
         return
     state.installed.append(module.__name__)
 
@@ -296,8 +295,10 @@ def activate(patcher: Any, target: Any) -> None:
         try:
             collect()
         except Exception as exc:  # integrations are an extra: translation goes on without them
-            warnings.warn(f"torchdevice: framework integrations are off: {type(exc).__name__}: {exc}",
-                          RuntimeWarning, stacklevel=2)
+            from .. import trace
+
+            trace.warn(f"torchdevice: framework integrations are off: {type(exc).__name__}: {exc}",
+                       RuntimeWarning)
             return
         for state in _states.values():
             state.installed.clear()

@@ -10,11 +10,17 @@ _HINT = {
 }
 
 
-def mx() -> ModuleType:
-    """``mlx.core``; raises whatever its import raises."""
-    import mlx.core
+_core: ModuleType | None = None
 
-    return mlx.core
+
+def mx() -> ModuleType:
+    """``mlx.core``; raises whatever its import raises (kept once imported: this is on every op's path)."""
+    global _core
+    if _core is None:
+        import mlx.core
+
+        _core = mlx.core
+    return _core
 
 
 def import_problem() -> str | None:

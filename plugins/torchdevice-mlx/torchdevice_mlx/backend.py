@@ -51,7 +51,9 @@ Streams and events (:class:`MLXStream`, :class:`MLXEvent`)
   default streams per thread. Making a stream current (``set_stream``,
   ``with torchdevice.stream(s)`` or ``with s``) makes it this thread's MLX
   default stream, so MLX operations issued there run on it.
-  ``synchronize`` is ``mx.synchronize(stream)``; device ``synchronize`` is
+  ``synchronize`` first evaluates every pending (lazy) MLX tensor of the
+  program (:func:`torchdevice_mlx.tensor.evaluate_pending`; the memory figures
+  do too), then is ``mx.synchronize(stream)``; device ``synchronize`` is
   ``mx.synchronize`` of this thread's default stream and of every live MLX
   stream torchdevice made. MLX has no events and no non-blocking query:
   ``Event.record`` synchronises its MLX stream first, then reads the host
@@ -104,6 +106,7 @@ from torchdevice.cpu import CPURNG, CPUCollectives
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
 from ._mlx import import_problem, mx
+from .tensor import evaluate_pending
 
 __all__ = [
     "MLXBackend",
@@ -156,18 +159,22 @@ class MLXMemory(MemoryOps):
 
     def _reserved(self) -> tuple[int, int, int]:
         """(active, cache, reserved peak so far), recording the reserved figure read."""
+        evaluate_pending()
         core = mx()
         active, cache = int(core.get_active_memory()), int(core.get_cache_memory())
         with self._lock:
             self._reserved_peak = max(self._reserved_peak, active + cache, int(core.get_peak_memory()))
             return active, cache, self._reserved_peak
 
-    @translated("mx.get_active_memory()")
+    @translated("mx.get_active_memory(), after evaluating the program's pending (lazy) MLX tensors")
     def memory_allocated(self, index: int) -> int:
+        evaluate_pending()
         return int(mx().get_active_memory())
 
-    @translated("mx.get_peak_memory(), never below the current figure (MLX's reset sets the peak to 0)")
+    @translated("mx.get_peak_memory(), never below the current figure (MLX's reset sets the peak to 0), after "
+                "evaluating pending MLX tensors")
     def max_memory_allocated(self, index: int) -> int:
+        evaluate_pending()
         core = mx()
         return max(int(core.get_peak_memory()), int(core.get_active_memory()))
 
@@ -208,6 +215,7 @@ class MLXMemory(MemoryOps):
 
     @translated("(memory limit - active memory, memory limit): MLX's allocation budget")
     def mem_get_info(self, index: int) -> tuple[int, int]:
+        evaluate_pending()
         core = mx()
         limit = int(core.get_memory_limit())
         return max(limit - int(core.get_active_memory()), 0), limit
@@ -286,8 +294,9 @@ class MLXStream(HostStream):
     def mx_stream(self):
         return thread_default_stream() if self._mx_stream is None else self._mx_stream
 
-    @translated("mx.synchronize(stream)")
+    @translated("evaluates the program's pending (lazy) MLX tensors, then mx.synchronize(stream)")
     def synchronize(self) -> None:
+        evaluate_pending()
         mx().synchronize(self.mx_stream)
 
     @emulated("MLX has no non-blocking query: synchronizes the MLX stream, then True")
@@ -340,8 +349,10 @@ class MLXStreams(HostStreamOps):
     Stream = MLXStream
     Event = MLXEvent
 
-    @translated("mx.synchronize on this thread's default stream and every live torchdevice MLX stream")
+    @translated("evaluates the program's pending (lazy) MLX tensors, then mx.synchronize on this thread's default "
+                "stream and every live torchdevice MLX stream")
     def synchronize(self, index: int) -> None:
+        evaluate_pending()
         core = mx()
         core.synchronize(thread_default_stream())
         for stream in list(MLXStream.live):

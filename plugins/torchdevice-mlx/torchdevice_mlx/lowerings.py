@@ -37,8 +37,7 @@ def lower(*ops) -> Callable:
     return register
 
 
-def _m():
-    return mx()
+_m = mx  # short name used throughout the table
 
 
 def _dt(dtype):

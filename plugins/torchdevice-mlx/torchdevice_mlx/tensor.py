@@ -17,28 +17,41 @@ unchanged):
 Device identity
   The tensor reports device ``cpu`` to torch. The mlx backend's
   ``device_type`` already is ``cpu``, so translation maps ``cuda`` & co. to
-  it; autograd, optimizers (their single-tensor paths: subclasses are not
-  eligible for foreach/fused, which torch decides by exact type) and
-  serialization treat it as a host tensor. It is told apart by its type
+  it; autograd, optimizers (by default their single-tensor paths: subclasses are
+  not eligible for foreach/fused, which torch decides by exact type; an explicit
+  ``foreach=True``/``fused=True`` runs torch's host kernels, every mutated list
+  written back) and serialization treat it as a host tensor. It is told apart by its type
   (``isinstance(t, MLXTensor)``). A renamed PrivateUse1 device was rejected:
   it needs a C++ allocator registration for factories, and every optimizer's
   device checks and torchdevice's translation would then see a device type
   no backend declares.
 
-Aliasing (MLX arrays are immutable)
-  A *base* tensor owns its array and a version number. A view (``view``,
-  ``transpose``, slicing, ``select``, ``detach``, ...) records its base and
-  the chain of view ops from it; its array is recomputed from the base when
-  the base's version changed. An in-place write to a base replaces its
-  array; to a view, it is written through to the base: directly when the
-  chain only reshapes, else by replaying the chain on a host copy of the
-  base with torch, ``copy_`` into that view, and copying the base back
-  (correct for every view op; slow, and counted as a fallback).
+Aliasing and strides (MLX arrays are immutable)
+  A *base* tensor owns its array and a version number; it is contiguous
+  (offset 0, row-major strides). A view (``view``, ``transpose``, slicing,
+  ``select``, ``diagonal``, ``as_strided``, ``unfold``, ``detach``, ...) records
+  its base, the chain of view ops from it, and the size/stride/storage offset
+  torch gives that view (the same numbers as natively: ``x.t().stride()``,
+  ``is_contiguous()``, ``view()`` of a non-viewable layout raising torch's error).
+  Its array is recomputed from the base when the base's version changed
+  (replaying the chain in MLX, or gathering the base's elements at the view's
+  strided positions). An in-place write to a base replaces its array; to a
+  view, it is scattered into the base's array at the view's strided positions,
+  in MLX. Only views that reinterpret data (``view(dtype)``, ``view_as_real``
+  ...) are computed, and written back, on the host (counted fallbacks).
+
+Evaluation
+  MLX is lazy: an op builds a graph node. Data is computed when the program
+  reads it (``.item()``, ``.cpu()`` ...), and every pending tensor is evaluated
+  by :func:`evaluate_pending` -- called by the backend's ``synchronize`` and its
+  memory queries, so ``torch.cuda.memory_allocated()`` counts what the program's
+  tensors hold, as CUDA does when the kernels are launched.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +78,18 @@ def fallback_counts() -> dict[str, int]:
 def reset_fallback_counts() -> None:
     with _lock:
         _counts.clear()
+
+
+def _report_fallbacks() -> dict[str, int]:
+    return fallback_counts()
+
+
+try:  # `torchdevice run --report` lists the fallbacks (a core without the hook just has no section)
+    from torchdevice import trace as _trace
+
+    _trace.add_section("mlx: ATen ops run on the host (fallbacks)", _report_fallbacks)
+except (ImportError, AttributeError):
+    pass
 
 
 def _note_fallback(name: str) -> None:
@@ -94,20 +119,29 @@ _T2M: dict = {}
 _M2T: dict = {}
 
 
+def _init_dtypes() -> None:
+    for t, m in _dtype_pairs():
+        _T2M[t], _M2T[m] = m, t
+
+
 def to_mx_dtype(dtype: torch.dtype):
-    if not _T2M:
-        for t, m in _dtype_pairs():
-            _T2M[t], _M2T[m] = m, t
     try:
         return _T2M[dtype]
     except KeyError:
+        if not _T2M:
+            _init_dtypes()
+            return to_mx_dtype(dtype)
         raise TypeError(f"MLX has no dtype for torch {dtype}") from None
 
 
 def to_torch_dtype(dtype) -> torch.dtype:
-    if not _M2T:
-        to_mx_dtype(torch.float32)
-    return _M2T[dtype]
+    try:
+        return _M2T[dtype]
+    except KeyError:
+        if not _M2T:
+            _init_dtypes()
+            return _M2T[dtype]
+        raise TypeError(f"torch has no dtype for MLX {dtype}") from None
 
 
 # -- host <-> MLX -----------------------------------------------------------
@@ -126,32 +160,79 @@ def torch_from_array(array) -> torch.Tensor:
     return from_mlx(array, copy=True)
 
 
+# -- pending (unevaluated) tensors ------------------------------------------------
+
+#: id(base tensor) -> weak reference, for every base tensor made or written since the last
+#: evaluate_pending(); dead entries are dropped when the table outgrows _pending_limit
+_pending: dict[int, weakref.ref] = {}
+_pending_limit = [4096]
+
+
+def _track(tensor: MLXTensor) -> None:
+    _pending[id(tensor)] = weakref.ref(tensor)
+    if len(_pending) > _pending_limit[0]:
+        _compact_pending()
+
+
+def _compact_pending() -> None:
+    global _pending
+    _pending = {k: r for k, r in list(_pending.items()) if r() is not None}
+    _pending_limit[0] = max(4096, 2 * len(_pending))
+
+
+def evaluate_pending() -> int:
+    """Evaluate the MLX graph of every live tensor made or written since the last call; returns how many."""
+    global _pending
+    refs, _pending = _pending, {}
+    arrays = []
+    for ref in refs.values():
+        tensor = ref()
+        if tensor is not None:
+            arrays.append(tensor._mx)
+    if arrays:
+        mx().eval(*arrays)
+    return len(arrays)
+
+
 # -- the tensor -------------------------------------------------------------
+
+_wrapper = torch.Tensor._make_wrapper_subclass
+
 
 class MLXTensor(torch.Tensor):
     """A torch tensor whose data is an MLX array (see the module docstring)."""
 
     _mx: Any
-    _base_t: MLXTensor | None
-    _chain: tuple
-    _version_n: int
-    _seen: int
+    # a base tensor keeps these class defaults; a view sets them
+    _base_t: MLXTensor | None = None
+    _chain: tuple | None = ()  # view ops from the base; None: gathered from the base by the view's strides
+    _version_n: int = 0
+    _seen: int = 0
 
     @staticmethod
-    def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple = (), requires_grad: bool = False):
-        out = torch.Tensor._make_wrapper_subclass(
-            cls, tuple(array.shape), dtype=to_torch_dtype(array.dtype), device="cpu",
-            requires_grad=requires_grad,
-        )
+    def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
+                geometry: tuple | None = None):
+        try:
+            dtype = _M2T[array.dtype]
+        except KeyError:
+            dtype = to_torch_dtype(array.dtype)
+        if geometry is None:
+            out = _wrapper(cls, array.shape, dtype=dtype, device="cpu", requires_grad=requires_grad)
+        else:
+            size, stride, offset = geometry
+            out = _wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device="cpu",
+                           requires_grad=requires_grad)
         out._mx = array
-        out._base_t = base
-        out._chain = chain
-        out._version_n = 0
-        out._seen = base._version_n if base is not None else 0
+        if base is None:
+            _track(out)
+        else:
+            out._base_t = base
+            out._chain = chain
+            out._seen = base._version_n
         return out
 
     def __init__(self, *args, **kwargs):
-        super().__init__()
+        pass
 
     @classmethod
     def from_torch(cls, tensor: torch.Tensor) -> MLXTensor:
@@ -167,10 +248,7 @@ class MLXTensor(torch.Tensor):
         if base is None:
             return self._mx
         if self._seen != base._version_n:
-            arr = base.mx_array
-            for op, args, kwargs in self._chain:
-                arr = _run_lowered(op, (arr, *args), kwargs)
-            self._mx = arr
+            self._mx = _view_array(self, base)
             self._seen = base._version_n
         return self._mx
 
@@ -211,50 +289,191 @@ def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
     return out.requires_grad_(requires_grad) if requires_grad else out
 
 
+# -- views: geometry, reading, writing ------------------------------------------------------
+
+def _contiguous_strides(size) -> tuple:
+    strides, acc = [], 1
+    for n in reversed(size):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _meta_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
+    """The size/stride/offset torch gives ``op`` applied to a tensor laid out as ``src`` (on the meta device:
+    torch's own rules, and torch's own error when the view is impossible)."""
+    base = src._base_t if src._base_t is not None else src
+    storage = torch.empty(max(base.numel(), 1), dtype=src.dtype, device="meta")
+    like = storage.as_strided(tuple(src.shape), src.stride(), src.storage_offset())
+    out = op(like, *args, **kwargs)
+    return tuple(out.shape), out.stride(), out.storage_offset()
+
+
+def _view_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
+    """torch's size/stride/storage offset of view op ``op`` applied to ``src`` (worked out here for the
+    common view ops, else by torch on the meta device)."""
+    size, stride, offset = tuple(src.shape), src.stride(), src.storage_offset()
+    kind = _GEOMETRY.get(op)
+    ndim = len(size)
+    if kind == "same":
+        return size, stride, offset
+    if kind == "reshape" and stride == _contiguous_strides(size) and not kwargs:
+        new = list(args[0])
+        if -1 in new:
+            known = 1
+            for n in new:
+                known *= n if n != -1 else 1
+            new[new.index(-1)] = (src.numel() // known) if known else 0
+        new_t = tuple(new)
+        return new_t, _contiguous_strides(new_t), offset
+    if kind == "t" and ndim <= 2:
+        return size[::-1], stride[::-1], offset
+    if kind == "transpose" and ndim and not kwargs:
+        d0, d1 = args[0] % ndim, args[1] % ndim
+        sz, st = list(size), list(stride)
+        sz[d0], sz[d1], st[d0], st[d1] = sz[d1], sz[d0], st[d1], st[d0]
+        return tuple(sz), tuple(st), offset
+    if kind == "permute" and ndim and not kwargs:
+        dims = [d % ndim for d in args[0]]
+        return tuple(size[d] for d in dims), tuple(stride[d] for d in dims), offset
+    if kind == "select" and ndim and not kwargs:
+        d, i = args[0] % ndim, args[1]
+        i = i + size[d] if i < 0 else i
+        if 0 <= i < size[d]:
+            return size[:d] + size[d + 1:], stride[:d] + stride[d + 1:], offset + i * stride[d]
+    if kind == "slice" and ndim and not kwargs:
+        d = (args[0] if args else 0) % ndim
+        start = args[1] if len(args) > 1 and args[1] is not None else 0
+        end = args[2] if len(args) > 2 and args[2] is not None else size[d]
+        step = args[3] if len(args) > 3 else 1
+        n = size[d]
+        start, end = (start + n if start < 0 else start), (end + n if end < 0 else end)
+        start, end = max(0, min(start, n)), max(0, min(end, n))
+        if step > 0:
+            length = max(0, -(-(end - start) // step))
+            return (size[:d] + (length,) + size[d + 1:], stride[:d] + (stride[d] * step,) + stride[d + 1:],
+                    offset + start * stride[d])
+    if kind == "unsqueeze" and not kwargs:
+        d = args[0] % (ndim + 1)
+        inner = size[d] * stride[d] if d < ndim else 1
+        return size[:d] + (1,) + size[d:], stride[:d] + (inner,) + stride[d:], offset
+    return _meta_geometry(op, src, args, kwargs)
+
+
+_GEOMETRY: dict = {}
+
+
+def _init_geometry() -> None:
+    _GEOMETRY.update({
+        aten.alias.default: "same", aten.detach.default: "same",
+        aten.view.default: "reshape", aten._unsafe_view.default: "reshape", aten._reshape_alias.default: "reshape",
+        aten.t.default: "t", aten.transpose.int: "transpose", aten.permute.default: "permute",
+        aten.select.int: "select", aten.slice.Tensor: "slice", aten.unsqueeze.default: "unsqueeze",
+    })
+
+
+def _index_array(geometry: tuple, total: int):
+    """Flat positions in the base's (contiguous) storage of every element of a view laid out as ``geometry``."""
+    core = mx()
+    size, stride, offset = geometry
+    itype = core.int32 if total < 2**31 else core.int64
+    idx = core.array(offset, dtype=itype)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        idx = idx + (core.arange(n, dtype=itype) * s).reshape(shape)
+    return core.broadcast_to(idx, tuple(size))
+
+
+def _geometry(tensor: MLXTensor) -> tuple:
+    return tuple(tensor.shape), tensor.stride(), tensor.storage_offset()
+
+
+def _view_array(view: MLXTensor, base: MLXTensor):
+    """``view``'s data, computed from its base's current array."""
+    chain = view._chain
+    if chain is None:  # gathered at its strided positions
+        return mx().take(base.mx_array.reshape(-1), _index_array(_geometry(view), base.numel()))
+    arr = base.mx_array
+    for op, args, kwargs in chain:
+        arr = _run_lowered(op, (arr, *args), kwargs)
+    return arr
+
+
+_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+            "location. Please clone() the tensor before performing the operation.")
+
+
 def write(target: MLXTensor, value) -> None:
     """Make ``value`` (an MLX array) the data of ``target``, through to its base for a view."""
     core = mx()
-    value = core.broadcast_to(value, tuple(target.shape)).astype(to_mx_dtype(target.dtype))
+    size = tuple(target.shape)
+    dtype = to_mx_dtype(target.dtype)
+    if value.shape != size:
+        value = core.broadcast_to(value, size)
+    if value.dtype != dtype:
+        value = value.astype(dtype)
     base = target._base_t
     if base is None:
         target._mx = value
         target._version_n += 1
+        _track(target)
         return
-    if all(op in _RESHAPE_VIEWS for op, _, _ in target._chain):
+    stride, offset = target.stride(), target.storage_offset()
+    if offset == 0 and target.numel() == base.numel() and stride == _contiguous_strides(size):
         base._mx = value.reshape(tuple(base.shape))
+    elif target._chain is not None and any(op not in _STRIDED for op, _, _ in target._chain):
+        _host_write(target, base, value)  # a view that reinterprets data (view(dtype), view_as_real ...)
     else:
-        _note_fallback("<view write-back>")
-        host = base.torch_cpu()
-        view = host
-        for op, args, kwargs in target._chain:
-            view = op(view, *args, **kwargs)
-        view.copy_(torch_from_array(value))
-        base._mx = array_from_torch(host)
+        if any(s == 0 and n > 1 for n, s in zip(size, stride)):
+            raise RuntimeError(_OVERLAP)
+        flat = base.mx_array.reshape(-1)
+        flat[_index_array((size, stride, offset), base.numel())] = value
+        base._mx = flat.reshape(tuple(base.shape))
     base._version_n += 1
+    _track(base)
     target._mx, target._seen = value, base._version_n
+
+
+def _host_write(target: MLXTensor, base: MLXTensor, value) -> None:
+    _note_fallback("<view write-back>")
+    host = base.torch_cpu()
+    view = host
+    for op, args, kwargs in target._chain or ():
+        view = op(view, *args, **kwargs)
+    view.copy_(torch_from_array(value))
+    base._mx = array_from_torch(host)
 
 
 # -- dispatch ---------------------------------------------------------------
 
-#: View ops: (op -> True if the result is a pure reshape of the input's data).
-_VIEW_OPS: dict = {}
-_RESHAPE_VIEWS: set = set()
+#: View ops whose result is the same data at strided positions of the input (no reinterpretation).
+_STRIDED: set = set()
+_MULTI_VIEWS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default}
+_ALIASING: dict = {}
 
 
 def _init_views() -> None:
-    reshape = [aten.view.default, aten._unsafe_view.default, aten.alias.default, aten.detach.default,
-               aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
-               aten._reshape_alias.default]
-    other = [aten.t.default, aten.transpose.int, aten.permute.default, aten.expand.default,
-             aten.slice.Tensor, aten.select.int, aten.diagonal.default, aten.unfold.default]
-    for op in reshape:
-        _VIEW_OPS[op] = True
-        _RESHAPE_VIEWS.add(op)
-    for op in other:
-        _VIEW_OPS[op] = False
+    _init_geometry()
+    _STRIDED.update(_GEOMETRY)
+    _STRIDED.update([aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default,
+                     aten.diagonal.default, aten.unfold.default, aten.as_strided.default, aten.narrow.default,
+                     aten.movedim.int, aten.movedim.intlist, aten.swapaxes.default, aten.swapdims.default,
+                     aten.unflatten.int, aten.view.default])
 
 
-_MULTI_VIEWS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default}
+def _aliases_its_input(func) -> bool:
+    """Whether ATen op ``func`` returns one tensor aliasing its first argument (a view op, per its schema)."""
+    hit = _ALIASING.get(func)
+    if hit is None:
+        schema = func._schema
+        hit = _ALIASING[func] = bool(
+            getattr(func, "is_view", False) and len(schema.returns) == 1
+            # a composite (reshape, flatten, to, narrow ...) decomposes into the primitive view ops, each aliased
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+            and str(schema.returns[0].type) == "Tensor" and schema.returns[0].alias_info is not None
+            and not schema.returns[0].alias_info.is_write)
+    return hit
 
 
 def _unwrap(x):
@@ -266,60 +485,120 @@ def _unwrap(x):
 
 
 def _wrap(x):
-    if isinstance(x, mx().array):
+    if isinstance(x, _mx_array()):
         return MLXTensor(x)
     return x
+
+
+_MX_ARRAY: list = []
+
+
+def _mx_array():
+    """``mlx.core.array`` (looked up once)."""
+    if not _MX_ARRAY:
+        _MX_ARRAY.append(mx().array)
+    return _MX_ARRAY[0]
 
 
 def _run_lowered(op, args, kwargs):
     from .lowerings import LOWERINGS
 
-    return LOWERINGS[op](*args, **kwargs)
+    lowering = LOWERINGS.get(op)
+    if lowering is not None:
+        return lowering(*args, **kwargs)
+    # a view op MLX has no lowering for that reinterprets data (view(dtype), view_as_real ...): on the host
+    _note_fallback(str(op))
+    return array_from_torch(op(torch_from_array(args[0]), *args[1:], **kwargs).contiguous())
 
 
 def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
+    from .lowerings import LOWERINGS
+
     base = src._base_t if src._base_t is not None else src
+    geometry = _view_geometry(op, src, args, kwargs)
+    if op is aten.as_strided.default or (op not in LOWERINGS and op in _STRIDED) or src._chain is None:
+        # positions in the base's storage: gathered in MLX (as_strided is relative to the storage, not to src)
+        out = MLXTensor(base.mx_array, base=base, chain=None, geometry=geometry)
+        out._seen = -1  # computed on first use
+        return out
     arr = _run_lowered(op, (src.mx_array, *args), kwargs)
-    out = MLXTensor(arr, base=base, chain=src._chain + ((op, args, kwargs),))
-    return out
+    return MLXTensor(arr, base=base, chain=src._chain + ((op, args, kwargs),), geometry=geometry)
+
+
+#: id(op) -> (op, its route): decided once per ATen op (OpOverload hashes in Python, so every
+#: `op in table` on the hot path costs; an int key does not). The op is kept so its id stays its own.
+_ROUTES: dict[int, tuple] = {}
+_LOWERED, _VIEW, _MULTI, _INPLACE, _OTHER = range(5)
+
+
+def _route(func) -> tuple:
+    from .lowerings import HOST_OPS, LOWERINGS, RANDOM_OPS
+
+    if not _STRIDED:
+        _init_views()
+        _mx_array()
+    lowering = LOWERINGS.get(func)
+    random = func in RANDOM_OPS
+    if func in _MULTI_VIEWS:
+        kind = _MULTI
+    elif func in _GEOMETRY or _aliases_its_input(func):
+        kind = _VIEW
+    elif func._schema.is_mutable or func.overloadpacket.__name__.endswith("_"):
+        kind = _INPLACE
+    elif lowering is not None and not random:
+        kind = _LOWERED
+    else:
+        kind = _OTHER
+    # no list argument (Tensor[] ...): arguments unwrapped without pytree
+    flat = not any("[]" in str(a.type) or "List" in str(a.type) for a in func._schema.arguments)
+    route = (kind, None if random else lowering, flat, random, func in HOST_OPS)
+    _ROUTES[id(func)] = (func, route)
+    return route
 
 
 def dispatch(func, args: tuple, kwargs: dict):
     """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
-    from .lowerings import HOST_OPS, LOWERINGS, RANDOM_OPS
-
-    if not _VIEW_OPS:
-        _init_views()
-    if func in _VIEW_OPS and isinstance(args[0], MLXTensor) and func in LOWERINGS:
+    entry = _ROUTES.get(id(func))
+    kind, lowering, flat, random, host = entry[1] if entry is not None else _route(func)
+    if kind == _LOWERED:
+        try:
+            if flat:
+                result = lowering(*[a._mx if type(a) is MLXTensor and a._base_t is None else _unwrap(a) for a in args],
+                                  **({k: _unwrap(v) for k, v in kwargs.items()} if kwargs else kwargs))
+            else:
+                result = lowering(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+        except NotImplementedError:  # the lowering does not cover these arguments
+            return _host_fallback(func, args, kwargs)
+        if type(result) is _MX_ARRAY[0]:
+            return MLXTensor(result)
+        return tree_map(_wrap, result)
+    if kind == _VIEW and args and isinstance(args[0], MLXTensor):
         return _make_view(func, args[0], tuple(args[1:]), kwargs)
-    if func in _MULTI_VIEWS and isinstance(args[0], MLXTensor):
+    if kind == _MULTI and args and isinstance(args[0], MLXTensor):
         return _multi_view(func, args[0], tuple(args[1:]), kwargs)
-    schema = func._schema
-    if schema.is_mutable or func.overloadpacket.__name__.endswith("_"):
+    if kind == _INPLACE:
         inplace = _inplace(func, args, kwargs)
         if inplace is not None:
             return inplace
-    if func in LOWERINGS and func not in RANDOM_OPS:
+    if lowering is not None:
         try:
-            if any(type(a) in (list, tuple) for a in args):
-                result = LOWERINGS[func](*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
-            else:  # the common flat case, without pytree's overhead
-                result = LOWERINGS[func](*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
-            if type(result) is mx().array:
-                return MLXTensor(result)
-        except NotImplementedError:  # the lowering does not cover these arguments
+            result = lowering(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+        except NotImplementedError:
             return _host_fallback(func, args, kwargs)
         return tree_map(_wrap, result)
-    if func not in RANDOM_OPS and func not in HOST_OPS:
+    if not random and not host:
         decomp = _decomposition(func)
         if decomp is not None:
             return decomp(*args, **kwargs)
-    return _host_fallback(func, args, kwargs, count=func not in RANDOM_OPS)
+    return _host_fallback(func, args, kwargs, count=not random)
 
 
 def _multi_view(func, src: MLXTensor, args: tuple, kwargs: dict):
-    # split/unbind/chunk: each piece is a slice/select view of src.
-    dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+    # split/unbind/chunk: each piece is a slice/select view of src (args: those after src)
+    if func is aten.unbind.int:
+        dim = kwargs.get("dim", args[0] if args else 0)
+    else:
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
     dim = dim % src.dim()
     if func is aten.unbind.int:
         return [_make_view(aten.select.int, src, (dim, i), {}) for i in range(src.shape[dim])]
@@ -394,7 +673,10 @@ def _inplace(func, args, kwargs):
 
 
 def _to_host(x):
-    return x.torch_cpu() if isinstance(x, MLXTensor) else x
+    # contiguous: an MLX array can be strided (a lazy transpose), and some host kernels assume the
+    # layout torch gives its own tensors -- the fused optimizers read param and grad as flat buffers,
+    # natively guaranteed alike (AccumulateGrad matches the param's layout)
+    return x.torch_cpu().contiguous() if isinstance(x, MLXTensor) else x
 
 
 def _host_fallback(func, args, kwargs, *, count: bool = True):
@@ -409,9 +691,13 @@ def _host_fallback(func, args, kwargs, *, count: bool = True):
         if arg.alias_info is not None and arg.alias_info.is_write:
             src = args[i] if i < len(args) else kwargs.get(arg.name)
             host = host_args[i] if i < len(args) else host_kwargs.get(arg.name)
-            if isinstance(src, MLXTensor):
-                write(src, array_from_torch(host))
-                mutated.append((host, src))
+            # a mutated list (``Tensor(a!)[]``: the _foreach_*_ and _fused_*_ ops) is written back element-wise
+            pairs = zip(src, host) if isinstance(src, (list, tuple)) and isinstance(host, (list, tuple)) \
+                else ((src, host),)
+            for one_src, one_host in pairs:
+                if isinstance(one_src, MLXTensor):
+                    write(one_src, array_from_torch(one_host))
+                    mutated.append((one_host, one_src))
 
     def back(x):
         if isinstance(x, torch.Tensor):

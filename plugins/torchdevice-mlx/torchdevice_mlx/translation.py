@@ -88,10 +88,18 @@ def _tensor_to(inner):
 def _mlx_to(self, *args, **kwargs):
     """``MLXTensor.to``: a dtype change stays in MLX; an explicit host device leaves it."""
     dev = kwargs.get("device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor)) else None)
+    copy = kwargs.pop("copy", False)
+    if len(args) >= 3 or (len(args) == 2 and not isinstance(args[1], torch.dtype)):
+        # to(dtype, non_blocking, copy) / to(device, dtype, non_blocking, copy) / to(tensor, non_blocking, copy)
+        flags = args[1:] if not isinstance(args[1], torch.dtype) else args[2:]
+        copy = copy or bool(flags[1:2] and flags[1])
+        args = args[:len(args) - len(flags)] + tuple(flags[:1])
     device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
     out = self
     if dtype is not None and dtype != self.dtype:
         out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX
+    elif copy:
+        out = torch.Tensor.clone(out)  # copy=True: never the tensor itself (batch_norm's decomposition relies on it)
     if dev is not None and not is_source(dev) and device is not None and device.type == "cpu":
         out = FromMLX.apply(out)
     return out
@@ -111,14 +119,26 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
     Done by hand rather than through ``Module._apply``: that assigns ``param.data`` when it
     cannot tell the new type is incompatible, leaving a Parameter with no real storage.
     """
-    for mod in module.modules():
+    moved: dict[int, torch.Tensor] = {}  # id(old) -> new: a tensor shared by two modules (tied weights) stays shared
+
+    def move(old, make):
+        new = moved.get(id(old))
+        if new is None:
+            new = moved[id(old)] = make(old)
+        return new
+
+    def new_param(param):
+        out = torch.nn.Parameter(MLXTensor(array_from_torch(param.detach())), requires_grad=param.requires_grad)
+        out.__dict__.update(param.__dict__)  # attributes programs set on parameters (sharding, no-decay marks ...)
+        return out
+
+    for mod in module.modules(remove_duplicate=False):
         for name, param in list(mod._parameters.items()):
             if param is not None and not isinstance(param, MLXTensor):
-                data = MLXTensor(array_from_torch(param.detach()))
-                mod._parameters[name] = torch.nn.Parameter(data, requires_grad=param.requires_grad)
+                mod._parameters[name] = move(param, new_param)
         for name, buf in list(mod._buffers.items()):
             if buf is not None and not isinstance(buf, MLXTensor):
-                mod._buffers[name] = MLXTensor(array_from_torch(buf))
+                mod._buffers[name] = move(buf, lambda b: MLXTensor(array_from_torch(b)))
     return module
 
 

@@ -66,6 +66,7 @@ Collectives
 from __future__ import annotations
 
 import importlib
+import platform
 from typing import Any, ClassVar
 
 from torchdevice.backend import (
@@ -302,6 +303,8 @@ class MPSBackend(TorchNamespaceBackend):
             bf16_supported=self.bf16_supported(index),
             type=self.name,
             raw={"name": name, "core_count": cores, "recommended_max_memory": budget},
+            # Apple silicon GPUs compute in the unified (host) memory; an Intel Mac's AMD GPU has its own
+            is_integrated=int(platform.machine() == "arm64"),
         )
 
     def bf16_supported(self, index: int) -> bool:

@@ -1,0 +1,150 @@
+"""Peer run: transformers' own model tests, natively and through ``torchdevice run``, compared.
+
+    python scripts/peer_transformers.py [--models bert llama gpt2] [--backend cpu] [--workdir .peer/transformers]
+                                        [-k EXPR] [--keep-going]
+
+Run it with the interpreter of an environment that has transformers (5.23.0 is what docs/testing.md
+reports) and torchdevice installed. It downloads the sdist of the installed transformers version
+(``pip download --no-binary``; cached in the work directory), takes its ``tests/test_modeling_common.py``
+(``ModelTesterMixin``: the ~300 tests every transformers model runs), stubs the two helper modules the
+sdist does not ship (``tests/exporters/test_export.py``, ``tests/generation/test_utils.py``: their mixins
+are not used here), and adds a tiny BERT, Llama and GPT-2 configuration (``scripts/peer/transformers/glue_*.py``:
+the only code of ours). Then it runs ``pytest`` over them twice -- natively, and as ``torchdevice run
+--backend BACKEND -m pytest`` (there ``transformers.testing_utils.torch_device`` is ``"cuda"``, so the
+tests marked GPU-only run too) -- and compares the outcomes per test from the JUnit XML of each side.
+
+Exit status 1 when a test that passes natively does not pass translated; the table lists those, and
+the tests that run only translated (GPU-only natively skipped) with their outcome.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GLUE = ROOT / "scripts" / "peer" / "transformers"
+STUBS = {
+    "exporters/test_export.py": "class ExportTesterMixin:  # stub: the sdist does not ship tests/exporters\n    pass\n",
+    "generation/test_utils.py": "class GenerationTesterMixin:  # stub: the sdist does not ship tests/generation\n"
+                                "    pass\n",
+}
+
+
+def _installed_version(python: str) -> str:
+    out = subprocess.run([python, "-c", "import transformers; print(transformers.__version__)"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def stage(python: str, workdir: Path, models: list[str]) -> Path:
+    """Lay out ``workdir/tests`` (the sdist's common tests, the stubs, the glue); return the tests dir."""
+    version = _installed_version(python)
+    sdist_dir = workdir / "sdist"
+    sdist = sdist_dir / f"transformers-{version}.tar.gz"
+    if not sdist.exists():
+        sdist_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+                        f"transformers=={version}", "-d", str(sdist_dir)], check=True)
+    tests = workdir / "tests"
+    if tests.exists():
+        shutil.rmtree(tests)
+    tests.mkdir(parents=True)
+    prefix = f"transformers-{version}/tests/"
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            if member.isfile() and member.name.startswith(prefix) and "/" not in member.name[len(prefix):]:
+                (tests / member.name[len(prefix):]).write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+    (tests / "__init__.py").write_text("")
+    for rel, text in STUBS.items():
+        path = tests / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "__init__.py").write_text("")
+        path.write_text(text)
+    peer = tests / "peer"
+    peer.mkdir()
+    (peer / "__init__.py").write_text("")
+    for model in models:
+        shutil.copy(GLUE / f"glue_{model}.py", peer / f"test_peer_{model}.py")
+    return tests
+
+
+def _clean_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: list[str]) -> dict[str, str]:
+    """Run the staged tests; return ``{test id: passed|failed|skipped}``."""
+    xml = workdir / ("translated.xml" if translated else "native.xml")
+    pytest = ["-m", "pytest", "tests/peer", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
+              "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(workdir), f"--junitxml={xml}", *extra]
+    command = [python, "-m", "torchdevice", "run", "--backend", backend, *pytest] if translated else [python, *pytest]
+    print("$", " ".join(command), flush=True)
+    if xml.exists():
+        xml.unlink()  # a side that crashes before pytest writes its report must not be read from the last run
+    subprocess.run(command, cwd=workdir, env=_clean_env())
+    return outcomes(xml)
+
+
+def outcomes(xml: Path) -> dict[str, str]:
+    """``{test id: passed|failed|skipped}`` from pytest's JUnit XML; a test reported twice (a failing
+    teardown after a pass) keeps its worst outcome."""
+    rank = {"passed": 0, "skipped": 1, "failed": 2}
+    found: dict[str, str] = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        outcome = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        if rank[outcome] >= rank[found.get(name, "passed")]:
+            found[name] = outcome
+    return found
+
+
+def compare(native: dict[str, str], translated: dict[str, str]) -> tuple[list[str], list[tuple[str, str]], str]:
+    """(regressions, tests run only translated with their outcome, the summary table)."""
+    regressions = sorted(t for t, o in native.items() if o == "passed" and translated.get(t) != "passed")
+    only_translated = sorted((t, o) for t, o in translated.items() if native.get(t) == "skipped" and o != "skipped")
+    rows = ["| side | passed | failed | skipped |", "|---|---:|---:|---:|"]
+    for side, outcomes in (("native", native), ("translated", translated)):
+        counts = {k: sum(1 for o in outcomes.values() if o == k) for k in ("passed", "failed", "skipped")}
+        rows.append(f"| {side} | {counts['passed']} | {counts['failed']} | {counts['skipped']} |")
+    return regressions, only_translated, "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["bert", "llama", "gpt2"], choices=["bert", "llama", "gpt2"])
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--workdir", default=str(ROOT / ".peer" / "transformers"))
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("-k", dest="keyword")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir).resolve()
+    stage(args.python, workdir, args.models)
+    extra = ["-k", args.keyword] if args.keyword else []
+    native = run_side(args.python, workdir, False, args.backend, extra)
+    translated = run_side(args.python, workdir, True, args.backend, extra)
+    regressions, only_translated, table = compare(native, translated)
+    print(table)
+    if only_translated:
+        print(f"\n{len(only_translated)} test(s) skipped natively ran translated (GPU-only):")
+        for test, outcome in only_translated:
+            print(f"  {outcome:7} {test}")
+    if regressions:
+        print(f"\n{len(regressions)} test(s) pass natively but not translated:")
+        for test in regressions:
+            print(f"  {translated.get(test, 'missing'):7} {test}")
+        return 1
+    print("\nevery test that passes natively passes translated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

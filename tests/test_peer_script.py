@@ -1,0 +1,62 @@
+"""scripts/peer_transformers.py: the comparison it exits on, and how it reads each side (no transformers needed:
+the peer run itself is by hand, see docs/testing.md)."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "peer_transformers.py"
+
+
+@pytest.fixture(scope="module")
+def peer():
+    spec = importlib.util.spec_from_file_location("peer_transformers", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_native_pass_that_does_not_pass_translated_is_a_regression(peer):
+    native = {"a": "passed", "b": "passed", "c": "skipped", "d": "failed", "e": "passed"}
+    translated = {"a": "passed", "b": "failed", "c": "passed", "d": "passed"}  # e missing: the run stopped
+    regressions, only_translated, table = peer.compare(native, translated)
+    assert regressions == ["b", "e"]
+    assert only_translated == [("c", "passed")]
+    assert "| native | 3 | 1 | 1 |" in table and "| translated | 3 | 1 | 0 |" in table
+    assert peer.compare(native, dict(native))[0] == []
+
+
+def test_junit_outcomes_keep_the_worst_report_of_a_test(peer, tmp_path):
+    xml = tmp_path / "r.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="t.A" name="ok"/>'
+        '<testcase classname="t.A" name="skip"><skipped message="gpu"/></testcase>'
+        '<testcase classname="t.A" name="bad"><failure message="x"/></testcase>'
+        '<testcase classname="t.A" name="teardown"><error message="teardown failed"/></testcase>'
+        '<testcase classname="t.A" name="teardown"/>'
+        '</testsuite></testsuites>')
+    assert peer.outcomes(xml) == {"t.A::ok": "passed", "t.A::skip": "skipped", "t.A::bad": "failed",
+                                  "t.A::teardown": "failed"}
+
+
+def test_stage_takes_the_sdists_common_tests_stubs_and_glue(peer, tmp_path, monkeypatch):
+    monkeypatch.setattr(peer, "_installed_version", lambda python: "9.9.9")
+    (tmp_path / "sdist").mkdir()
+    with tarfile.open(tmp_path / "sdist" / "transformers-9.9.9.tar.gz", "w:gz") as tar:
+        for name, text in (("tests/test_modeling_common.py", "X = 1\n"), ("tests/models/bert/deep.py", "")):
+            data = text.encode()
+            info = tarfile.TarInfo(f"transformers-9.9.9/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    tests = peer.stage("python", tmp_path, ["bert", "gpt2"])
+    assert (tests / "test_modeling_common.py").read_text() == "X = 1\n"
+    assert not (tests / "models").exists()  # only the top-level common files
+    assert "class ExportTesterMixin" in (tests / "exporters" / "test_export.py").read_text()
+    assert "class GenerationTesterMixin" in (tests / "generation" / "test_utils.py").read_text()
+    assert sorted(p.name for p in (tests / "peer").glob("test_peer_*.py")) == ["test_peer_bert.py",
+                                                                              "test_peer_gpt2.py"]
