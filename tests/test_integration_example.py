@@ -3,6 +3,7 @@ from the doc, registered as a plugin, it lets a framework that refuses non-CUDA 
 translation, stays out of the way without it, and ``unpatch()`` puts the framework back."""
 from __future__ import annotations
 
+import json
 import re
 import sys
 import types
@@ -100,3 +101,40 @@ def test_a_hanging_integration_plugin_is_bounded(tmp_path):
                       env={"TORCHDEVICE_BACKEND": "cpu", "TORCHDEVICE_PLUGIN_TIMEOUT": "1"})
     assert run.returncode == 0, str(run)
     assert run.stdout.splitlines()[0] == "cpu" and "hanging" in run.stdout.splitlines()[1], str(run)
+
+
+def test_the_documented_integration_installed_as_a_distribution(tmp_path):
+    """The example as a package that is only an integration (entry-point group
+    ``torchdevice.integrations``), installed: a program using the framework runs through
+    ``torchdevice run``, ``torchdevice info`` lists it, and disabling it by name brings the
+    framework's own refusal back."""
+    from helpers import run_command, run_concurrently, write_distribution
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tinytrainer_torchdevice.py").write_text(_example())
+    site = tmp_path / "site"
+    write_distribution(site, "tinytrainer-torchdevice", "0.1.0",
+                       {"torchdevice.integrations": {"tinytrainer": "tinytrainer_torchdevice"}},
+                       [src / "tinytrainer_torchdevice.py"])
+    (site / "tinytrainer.py").write_text(FRAMEWORK)
+    program = tmp_path / "train.py"
+    program.write_text("import torch, tinytrainer\n"
+                       "from torchdevice import integrations\n"
+                       "trainer = tinytrainer.Trainer()\n"
+                       "status = {n: (p, st) for n, p, _, st in integrations.states()}['tinytrainer']\n"
+                       "print('DEVICE', trainer.device, torch.cuda.is_available(), status)\n")
+    run = [sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", str(program)]
+    results = run_concurrently({
+        "run": (run_command, (run,), {"pythonpath": [site]}),
+        "disabled": (run_command, (run,), {"pythonpath": [site], "env": {"TORCHDEVICE_DISABLE_INTEGRATIONS": "tinytrainer"}}),
+        "info": (run_command, ([sys.executable, "-m", "torchdevice", "info", "--json"],), {"pythonpath": [site]}),
+    })
+    assert results["run"].returncode == 0, str(results["run"])
+    assert "DEVICE cpu True ('tinytrainer', 'active: tinytrainer')" in results["run"].stdout, str(results["run"])
+    disabled = results["disabled"]
+    assert disabled.returncode != 0 and "Device should be GPU, got cpu instead" in disabled.stderr, str(disabled)
+    assert results["info"].returncode == 0, str(results["info"])
+    listed = {i["name"]: i for i in json.loads(results["info"].stdout)["integrations"]}
+    assert listed["tinytrainer"]["plugin"] == "tinytrainer"
+    assert listed["tinytrainer"]["framework"] == "tinytrainer (Trainer device check)"

@@ -132,6 +132,42 @@ def test_disabled_by_environment(fakefw, monkeypatch):
     assert dict((n, st) for n, _, _, st in integrations.states())["fakefw"].startswith("disabled")
 
 
+def test_a_plugin_returning_new_objects_keeps_its_state(fakefw):
+    """A hook building its integrations on every call: the one installed stays the one known."""
+    made = []
+
+    class Fresh:
+        @torchdevice.hookimpl
+        def torchdevice_integrations(self):
+            made.append(FakeIntegration())
+            return [made[-1]]
+
+    fakefw.register(Fresh(), name="fresh-plugin")
+    torchdevice.patch()
+    import tdfake_fw.core as core
+
+    assert core.Device().check("cuda") == "adapted"
+    assert integrations.is_active("fakefw")
+    assert dict((n, st) for n, _, _, st in integrations.states())["fakefw"] == "active: tdfake_fw.core"
+    assert len(made) >= 2 and integrations._states["fakefw"].integration is made[0]  # asked again, kept the first
+    torchdevice.unpatch()
+    assert core.Device().check("cuda") == "native"
+
+
+def test_all_disabled_by_environment(fakefw, monkeypatch):
+    monkeypatch.setenv("TORCHDEVICE_DISABLE_INTEGRATIONS", " ALL ")
+    fake = FakeIntegration()
+    fakefw.register(FakePlugin(fake), name="fakefw-plugin")
+    torchdevice.patch()
+    import tdfake_fw.core as core
+
+    assert fake.calls == [] and core.Device().check("cuda") == "native"
+    statuses = {n: st for n, _, _, st in integrations.states()}
+    assert {"fakefw", "lightning", "accelerate", "transformers"} <= set(statuses)
+    assert all(st.startswith("disabled") for st in statuses.values()), statuses
+    assert not any(isinstance(f, integrations._Watcher) for f in sys.meta_path)  # nothing to watch
+
+
 def test_invalid_and_duplicate_integrations_are_problems(fakefw):
     class Nameless:
         modules = ("x",)
@@ -161,3 +197,4 @@ def test_builtins_come_through_the_hook_and_import_nothing(on_cpu):
     assert names == ["accelerate", "lightning", "transformers"]
     for framework in ("lightning", "accelerate", "transformers", "pytorch_lightning"):
         assert (framework in sys.modules) == (framework in before)
+

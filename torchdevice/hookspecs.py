@@ -154,5 +154,9 @@ def torchdevice_integrations() -> Sequence[Integration] | None:
     it changes objects only through ``patcher.set`` so that ``unpatch()`` undoes
     it. See :class:`torchdevice.integrations.Integration`. Nothing is imported
     until the program imports a watched module. The first plugin to declare a
-    name keeps it.
+    name keeps it; a plugin's integration replaces a built-in one (lightning,
+    accelerate, transformers) of the same name. A plugin that is only an
+    integration registers under the entry-point group
+    ``torchdevice.integrations`` instead of ``torchdevice`` (a worked example:
+    docs/plugins.md, "Framework integrations").
     """
