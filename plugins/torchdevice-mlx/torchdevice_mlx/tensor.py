@@ -57,6 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from ._mlx import mx
@@ -208,6 +209,7 @@ class MLXTensor(torch.Tensor):
     _chain: tuple | None = ()  # view ops from the base; None: gathered from the base by the view's strides
     _version_n: int = 0
     _seen: int = 0
+    _root: tuple = ()
 
     @staticmethod
     def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
@@ -229,6 +231,7 @@ class MLXTensor(torch.Tensor):
             out._base_t = base
             out._chain = chain
             out._seen = base._version_n
+            out._root = base._mx.shape  # the base's shape when the chain was recorded (squeeze_ can change it)
         return out
 
     def __init__(self, *args, **kwargs):
@@ -395,6 +398,8 @@ def _view_array(view: MLXTensor, base: MLXTensor):
     if chain is None:  # gathered at its strided positions
         return mx().take(base.mx_array.reshape(-1), _index_array(_geometry(view), base.numel()))
     arr = base.mx_array
+    if arr.shape != view._root:
+        arr = arr.reshape(view._root)
     for op, args, kwargs in chain:
         arr = _run_lowered(op, (arr, *args), kwargs)
     return arr
@@ -408,6 +413,8 @@ def write(target: MLXTensor, value) -> None:
     """Make ``value`` (an MLX array) the data of ``target``, through to its base for a view."""
     core = mx()
     size = tuple(target.shape)
+    if 0 in size:
+        return  # nothing to write
     dtype = to_mx_dtype(target.dtype)
     if value.shape != size:
         value = core.broadcast_to(value, size)
@@ -516,13 +523,34 @@ def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
 
     base = src._base_t if src._base_t is not None else src
     geometry = _view_geometry(op, src, args, kwargs)
+    if op is aten.as_strided.default:
+        _check_in_storage(geometry, base.numel())
     if op is aten.as_strided.default or (op not in LOWERINGS and op in _STRIDED) or src._chain is None:
-        # positions in the base's storage: gathered in MLX (as_strided is relative to the storage, not to src)
-        out = MLXTensor(base.mx_array, base=base, chain=None, geometry=geometry)
-        out._seen = -1  # computed on first use
-        return out
+        return _gathered_view(base, geometry)
     arr = _run_lowered(op, (src.mx_array, *args), kwargs)
+    if arr.shape != geometry[0]:
+        # the lowering and torch disagree on the view's shape: the strided positions are torch's, and right
+        _note_fallback(f"{op} (gathered)")
+        return _gathered_view(base, geometry)
     return MLXTensor(arr, base=base, chain=src._chain + ((op, args, kwargs),), geometry=geometry)
+
+
+def _gathered_view(base: MLXTensor, geometry: tuple) -> MLXTensor:
+    """A view read from (and written to) its base's storage at its strided positions."""
+    out = MLXTensor(base.mx_array, base=base, chain=None, geometry=geometry)
+    out._seen = -1  # computed on first use
+    return out
+
+
+def _check_in_storage(geometry: tuple, numel: int) -> None:
+    size, stride, offset = geometry
+    if any(n == 0 for n in size):
+        return
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride))
+    if offset < 0 or last >= numel or any(st < 0 for st in stride):
+        # torch would read whatever its storage holds there; an MLX tensor's storage is its base's data only
+        raise RuntimeError(f"as_strided: size {list(size)}, stride {list(stride)} and storage offset {offset} reach "
+                           f"outside the {numel} elements of the MLX tensor's storage")
 
 
 #: id(op) -> (op, its route): decided once per ATen op (OpOverload hashes in Python, so every
@@ -568,7 +596,7 @@ def dispatch(func, args: tuple, kwargs: dict):
             else:
                 result = lowering(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         except NotImplementedError:  # the lowering does not cover these arguments
-            return _host_fallback(func, args, kwargs)
+            return _not_lowered(func, args, kwargs)
         if type(result) is _MX_ARRAY[0]:
             return MLXTensor(result)
         return tree_map(_wrap, result)
@@ -584,13 +612,74 @@ def dispatch(func, args: tuple, kwargs: dict):
         try:
             result = lowering(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         except NotImplementedError:
-            return _host_fallback(func, args, kwargs)
+            return _not_lowered(func, args, kwargs)
         return tree_map(_wrap, result)
     if not random and not host:
         decomp = _decomposition(func)
         if decomp is not None:
-            return decomp(*args, **kwargs)
+            return _run_decomposition(func, decomp, args, kwargs)
     return _host_fallback(func, args, kwargs, count=not random)
+
+
+_declined = threading.local()
+
+
+def _not_lowered(func, args, kwargs):
+    """An op whose lowering does not cover these arguments: torch's decomposition, else the host."""
+    decomp = _decomposition(func)
+    active = getattr(_declined, "ops", None)
+    if active is None:
+        active = _declined.ops = set()
+    if decomp is not None and func not in active:  # a decomposition calling the op back goes to the host
+        active.add(func)
+        try:
+            return _run_decomposition(func, decomp, args, kwargs)
+        finally:
+            active.discard(func)
+    return _host_fallback(func, args, kwargs)
+
+
+#: op -> whether its decomposition makes new tensors (factories: torch.full(..., device=x.device) ...).
+#: An MLXTensor reports device cpu, so those would be host tensors and the rest of the decomposition
+#: would run on the host; such decompositions run under _MLXFactories, which makes them MLX tensors.
+_MAKES_TENSORS: dict = {}
+
+
+def _run_decomposition(func, decomp, args, kwargs):
+    quiet = _MAKES_TENSORS.get(func, 0)
+    if quiet >= _QUIET_RUNS:
+        return decomp(*args, **kwargs)
+    mode = _MLXFactories()
+    with mode:
+        out = decomp(*args, **kwargs)
+    # a decomposition seen making tensors always runs under the mode; one that made none in its first
+    # _QUIET_RUNS runs no longer pays for it (a later run that makes one gives host tensors: right, slower)
+    _MAKES_TENSORS[func] = -(1 << 30) if mode.made else quiet + 1
+    return out
+
+
+_QUIET_RUNS = 8
+
+
+def _has_tensor(args, kwargs) -> bool:
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, torch.Tensor) or (type(x) in (list, tuple) and any(isinstance(y, torch.Tensor) for y in x)):
+            return True
+    return False
+
+
+class _MLXFactories(TorchDispatchMode):
+    """While a decomposition of an op on MLX tensors runs: host tensors made from nothing are MLX tensors."""
+
+    made = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if type(out) is torch.Tensor and out.device.type == "cpu" and not _has_tensor(args, kwargs):
+            self.made = True
+            return MLXTensor(array_from_torch(out))
+        return out
 
 
 def _multi_view(func, src: MLXTensor, args: tuple, kwargs: dict):
@@ -646,8 +735,42 @@ def _functional_of(func):
     return getattr(packet, func._overloadname, None)
 
 
+_COPY_TO = torch.ops.prims.copy_to.default
 _METADATA_INPLACE = {aten.squeeze_, aten.unsqueeze_, aten.t_, aten.transpose_, aten.resize_, aten.as_strided_,
                      aten.swapdims_, aten.swapaxes_, aten.set_}
+#: in-place shape changes -> the view op giving the same shape (over the same storage)
+_METADATA_AS_VIEW = {"squeeze_": "squeeze", "unsqueeze_": "unsqueeze", "t_": "t", "transpose_": "transpose",
+                     "swapdims_": "transpose", "swapaxes_": "transpose"}
+_PYTHON_KEYS: list = []
+
+
+def _metadata_inplace(func, target: MLXTensor, args: tuple, kwargs: dict):
+    """``squeeze_``/``unsqueeze_``/``transpose_`` ...: torch's own kernel changes the wrapper's sizes and strides
+    (no data is touched), and the MLX array follows."""
+    name = func.overloadpacket.__name__
+    view_name = _METADATA_AS_VIEW.get(name)
+    if name == "resize_" and tuple(args[0]) == tuple(target.shape):
+        return target
+    if view_name is None:
+        raise NotImplementedError(f"{func} changes a tensor's storage or size in place, which MLX tensors do not support")
+    packet = getattr(aten, view_name)
+    view_op = packet.int if view_name == "transpose" else getattr(packet, func._overloadname)
+    size, stride, offset = _view_geometry(view_op, target, tuple(args), kwargs)
+    if target._base_t is None and (offset != 0 or stride != _contiguous_strides(size)):
+        raise NotImplementedError(f"{func} would leave an MLX base tensor non-contiguous")
+    if not _PYTHON_KEYS:
+        _PYTHON_KEYS.append(torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+                            | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot))
+    with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEYS[0]):
+        func(target, *args, **kwargs)  # metadata only: the wrapper's storage holds no data
+    if target._base_t is None:
+        target._mx = target._mx.reshape(size)
+    else:
+        arr = _run_lowered(view_op, (target.mx_array, *args), kwargs)
+        if target._chain is not None:
+            target._chain = target._chain + ((view_op, tuple(args), kwargs),)
+        target._mx = arr if target._chain is not None else _view_array(target, target._base_t)
+    return target
 
 
 def _inplace(func, args, kwargs):
@@ -656,12 +779,11 @@ def _inplace(func, args, kwargs):
     target = args[0] if args else None
     if not isinstance(target, MLXTensor):
         return None
-    if func is aten.copy_.default:
+    if func is aten.copy_.default or func is _COPY_TO:
         write(target, _unwrap(args[1]))
         return target
     if func.overloadpacket in _METADATA_INPLACE:
-        # a wrapper's sizes are fixed at creation: refuse rather than keep a wrong shape
-        raise NotImplementedError(f"{func} changes a tensor's shape in place, which MLX tensors do not support")
+        return _metadata_inplace(func, target, args[1:], kwargs)
     functional = _functional_of(func)
     if functional is None or func in RANDOM_OPS or functional in RANDOM_OPS:
         return None
