@@ -148,3 +148,68 @@ def test_unsupported_arguments_fall_back_and_stay_right():
     assert torch.equal((mlx(x) ** mlx(torch.tensor([2, 0, 1]))).cpu(), x ** torch.tensor([2, 0, 1]))
     assert torch.equal(mlx(x).sort(stable=True).values.cpu(), x.sort(stable=True).values)
     assert fallback_counts()  # those two ran on the host, counted
+
+
+def _both(fn, *tensors):
+    """fn on native tensors and on MLX copies; returns ((outputs, grads) native, (outputs, grads) MLX)."""
+    results = []
+    for native in (True, False):
+        ins = [t.detach().clone().requires_grad_(t.requires_grad) if native
+               else mlx(t.detach()).requires_grad_(t.requires_grad) for t in tensors]
+        out = fn(*ins)
+        out.square().sum().backward()
+        results.append((out, [t.grad for t in ins if t.requires_grad]))
+    return results
+
+
+TRAINING_OPS = {
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (6,), w, b), [(4, 5, 6), (6,), (6,)]),
+    "layer_norm no affine": (lambda x: F.layer_norm(x, (5, 6)), [(4, 5, 6)]),
+    "batch_norm train": (lambda x, w, b: F.batch_norm(x, torch.zeros(3), torch.ones(3), w, b, training=True),
+                         [(4, 3, 5, 5), (3,), (3,)]),
+    "batch_norm eval": (lambda x, w, b: F.batch_norm(x, torch.full((3,), 0.5), torch.full((3,), 2.0), w, b),
+                        [(4, 3, 5), (3,), (3,)]),
+    "cross_entropy": (lambda x: F.cross_entropy(x, torch.tensor([1, 0, 4, 2])), [(4, 5)]),
+    "cross_entropy ignore+weight": (lambda x: F.cross_entropy(x, torch.tensor([1, -100, 4, 2]),
+                                                              weight=torch.arange(1.0, 6.0)), [(4, 5)]),
+    "cross_entropy sum": (lambda x: F.cross_entropy(x, torch.tensor([1, 0, 4, 2]), reduction="sum"), [(4, 5)]),
+    "cross_entropy none": (lambda x: F.cross_entropy(x, torch.tensor([1, 0, 4, 2]), reduction="none"), [(4, 5)]),
+    "embedding padding_idx": (lambda w: F.embedding(torch.tensor([[1, 2, 1], [0, 3, 2]]), w, padding_idx=2),
+                              [(5, 4)]),
+    "gelu": (F.gelu, [(3, 4)]),
+    "gelu tanh": (lambda x: F.gelu(x, approximate="tanh"), [(3, 4)]),
+    "softmax": (lambda x: torch.softmax(x, dim=1), [(3, 4)]),
+    "log_softmax": (lambda x: torch.log_softmax(x, dim=0), [(3, 4)]),
+    "relu": (torch.relu, [(3, 4)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_OPS))
+def test_training_ops_forward_and_backward_in_mlx(in_mlx, name):
+    fn, shapes = TRAINING_OPS[name]
+    torch.manual_seed(0)
+    tensors = [torch.randn(*s, requires_grad=True) for s in shapes]
+
+    def run(*ins):  # constants (targets, running stats) made where the inputs live
+        if isinstance(ins[0], MLXTensor):
+            import torchdevice_mlx.tensor as T
+
+            with T._MLXFactories():
+                return fn(*ins)
+        return fn(*ins)
+
+    (want, want_g), (got, got_g) = _both(run, *tensors)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    for a, b in zip(want_g, got_g):
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_updates_running_statistics_in_mlx(in_mlx):
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, 4)
+    stats = [torch.zeros(3), torch.ones(3)]
+    mstats = [mlx(t) for t in stats]
+    F.batch_norm(x, *stats, training=True, momentum=0.3)
+    F.batch_norm(mlx(x), *mstats, training=True, momentum=0.3)
+    for a, b in zip(stats, mstats):
+        torch.testing.assert_close(b.cpu(), a)

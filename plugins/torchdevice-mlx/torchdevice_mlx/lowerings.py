@@ -153,6 +153,10 @@ def _to_float(a):
 
 def _binary(fn):
     def lowering(a, b):
+        # the common cases first: two arrays of one dtype; a floating array and a Python number
+        if type(a) is _ARR and ((type(b) is _ARR and a.dtype == b.dtype)
+                                or (type(b) is float and a.dtype in _FLOATS)):
+            return fn(a, b)
         a, b, _ = _promoted(a, b)
         return fn(a, b)
     return lowering
@@ -160,6 +164,9 @@ def _binary(fn):
 
 def _binary_alpha(fn):
     def lowering(a, b, alpha=1):
+        if alpha == 1 and type(a) is _ARR and ((type(b) is _ARR and a.dtype == b.dtype)
+                                               or (type(b) is float and a.dtype in _FLOATS)):
+            return fn(a, b)
         a, b, dt = _promoted(a, b)
         if alpha != 1:
             if dt == core.bool_:
@@ -872,7 +879,7 @@ def _mm(a, b):
 def _addmm(bias, a, b, beta=1, alpha=1):
     a, b = _matmul_operands(a, b)
     if beta == 1 and alpha == 1:
-        return core.addmm(bias.astype(a.dtype), a, b)
+        return core.addmm(bias if bias.dtype == a.dtype else bias.astype(a.dtype), a, b)
     out = core.matmul(a, b)
     if alpha != 1:
         out = out * alpha
@@ -1288,3 +1295,192 @@ def _adaptive_avg_pool2d_backward(grad, x):
     pool = _adaptive_fn(x, list(grad.shape[-2:]))
     _, (gx,) = core.vjp(pool, [x], [grad])
     return gx
+
+
+# -- normalization, losses and the backward kernels of training ---------------------------
+
+def _norm_axes(x, k):
+    return list(range(x.ndim - k, x.ndim))
+
+
+@lower(aten.native_layer_norm.default)
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    if x.dtype not in _FLOATS:
+        raise NotImplementedError("layer_norm of an integer tensor")
+    axes = _norm_axes(x, len(normalized_shape))
+    xf = x if x.dtype in (core.float32, core.float64) else x.astype(core.float32)
+    mean = core.mean(xf, axis=axes, keepdims=True)
+    centered = xf - mean
+    rstd = core.rsqrt(core.mean(core.square(centered), axis=axes, keepdims=True) + eps)
+    out = centered * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    if xf is x:
+        return out, mean, rstd
+    return out.astype(x.dtype), mean.astype(x.dtype), rstd.astype(x.dtype)
+
+
+@lower(aten.native_layer_norm_backward.default)
+def _native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    if x.dtype not in _FLOATS:
+        raise NotImplementedError("layer_norm of an integer tensor")
+    acc = core.float32 if x.dtype != core.float64 else x.dtype
+    axes = _norm_axes(x, len(normalized_shape))
+    lead = list(range(x.ndim - len(normalized_shape)))
+    g, xf, mean, rstd = grad.astype(acc), x.astype(acc), mean.astype(acc), rstd.astype(acc)
+    xhat = (xf - mean) * rstd
+    gx = g * weight.astype(acc) if weight is not None else g
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = (rstd * (gx - core.mean(gx, axis=axes, keepdims=True)
+                              - xhat * core.mean(gx * xhat, axis=axes, keepdims=True))).astype(x.dtype)
+    if output_mask[1] and weight is not None:
+        grad_weight = core.sum(g * xhat, axis=lead).astype(weight.dtype)
+    if output_mask[2] and bias is not None:
+        grad_bias = core.sum(g, axis=lead).astype(bias.dtype)
+    return grad_input, grad_weight, grad_bias
+
+
+def _channel(v, ndim):
+    return v.reshape([1, -1] + [1] * (ndim - 2))
+
+
+def _bn_checks(x, *params):
+    if x.dtype not in (core.float32, core.float64) or x.ndim < 2:
+        raise NotImplementedError("batch_norm of this dtype or rank")  # reduced precision: the decomposition
+    if any(p is not None and p.dtype != x.dtype for p in params):
+        raise NotImplementedError("batch_norm with mixed dtypes")
+
+
+def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """``native_batch_norm`` on MLX tensors: it updates the running statistics in place (its schema does not
+    say so), so it is lowered on the tensors, not on their arrays."""
+    from .tensor import MLXTensor, _new_base, _unwrap, write
+
+    if training and any(t is not None and not isinstance(t, MLXTensor) for t in (running_mean, running_var)):
+        raise NotImplementedError("running statistics held outside MLX")  # the decomposition updates them
+    xa, wa, ba = _unwrap(x), _unwrap(weight), _unwrap(bias)
+    rm, rv = _unwrap(running_mean), _unwrap(running_var)
+    _bn_checks(xa, wa, ba, rm, rv)
+    axes = [0, *range(2, xa.ndim)]
+    if training:
+        mean = core.mean(xa, axis=axes)
+        var = core.mean(core.square(xa - _channel(mean, xa.ndim)), axis=axes)
+        invstd = core.rsqrt(var + eps)
+        if running_mean is not None:
+            n = xa.size // xa.shape[1]
+            write(running_mean, (1 - momentum) * rm + momentum * mean)
+            write(running_var, (1 - momentum) * rv + momentum * var * (n / max(n - 1, 1)))
+        save_mean, save_invstd = mean, invstd
+    else:
+        if rm is None:
+            raise NotImplementedError("batch_norm in eval mode without running statistics")
+        mean, invstd = rm, core.rsqrt(rv + eps)
+        save_mean = save_invstd = core.zeros((0,), dtype=xa.dtype)
+    scale = invstd if wa is None else invstd * wa
+    out = (xa - _channel(mean, xa.ndim)) * _channel(scale, xa.ndim)
+    if ba is not None:
+        out = out + _channel(ba, xa.ndim)
+    return _new_base(out), _new_base(save_mean), _new_base(save_invstd)
+
+
+TENSOR_LOWERINGS = {aten.native_batch_norm.default: native_batch_norm_tensors}
+
+
+@lower(aten.native_batch_norm_backward.default)
+def _native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                                output_mask):
+    _bn_checks(x, weight, running_mean, running_var)
+    axes = [0, *range(2, x.ndim)]
+    if train:
+        mean, invstd = save_mean, save_invstd
+    else:
+        mean, invstd = running_mean, core.rsqrt(running_var + eps)
+    xhat = (x - _channel(mean, x.ndim)) * _channel(invstd, x.ndim)
+    grad_bias = core.sum(grad, axis=axes)
+    grad_weight = core.sum(grad * xhat, axis=axes)
+    scale = invstd if weight is None else invstd * weight
+    grad_input = None
+    if output_mask[0]:
+        if train:
+            n = x.size // x.shape[1]
+            grad_input = _channel(scale, x.ndim) * (grad - _channel(grad_bias / n, x.ndim)
+                                                    - xhat * _channel(grad_weight / n, x.ndim))
+        else:
+            grad_input = grad * _channel(scale, x.ndim)
+    return (grad_input, grad_weight if output_mask[1] else None, grad_bias if output_mask[2] else None)
+
+
+@lower(aten._softmax_backward_data.default)
+def _softmax_backward_data(grad, output, dim, input_dtype):
+    out = output * (grad - core.sum(grad * output, axis=dim, keepdims=True))
+    return out.astype(_dt(input_dtype))
+
+
+@lower(aten._log_softmax_backward_data.default)
+def _log_softmax_backward_data(grad, output, dim, input_dtype):
+    out = grad - core.exp(output) * core.sum(grad, axis=dim, keepdims=True)
+    return out.astype(_dt(input_dtype))
+
+
+@lower(aten.gelu_backward.default)
+def _gelu_backward(grad, x, approximate="none"):
+    if approximate != "none" or x.dtype not in _FLOATS:
+        raise NotImplementedError("tanh-approximated gelu backward")  # torch's decomposition
+    cdf = 0.5 * (1 + core.erf(x * (1 / math.sqrt(2))))
+    pdf = core.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+    return grad * (cdf + x * pdf)
+
+
+@lower(aten.threshold_backward.default)
+def _threshold_backward(grad, x, threshold):
+    return core.where(x <= threshold, core.array(0, dtype=grad.dtype), grad)
+
+
+def _nll_parts(x, target, weight, ignore_index):
+    if x.ndim not in (1, 2) or x.dtype not in _FLOATS:
+        raise NotImplementedError("nll_loss of this rank")
+    x2 = x.reshape(1, -1) if x.ndim == 1 else x
+    t = target.reshape(-1)
+    valid = t != ignore_index
+    safe = core.where(valid, t, 0)
+    w = core.take(weight, safe) if weight is not None else core.ones(t.shape, dtype=x.dtype)
+    w = core.where(valid, w, core.array(0, dtype=w.dtype)).astype(x.dtype)
+    return x2, safe, w
+
+
+@lower(aten.nll_loss_forward.default)
+def _nll_loss_forward(x, target, weight, reduction, ignore_index):
+    x2, safe, w = _nll_parts(x, target, weight, ignore_index)
+    picked = -core.take_along_axis(x2, safe.reshape(-1, 1), axis=1).reshape(-1) * w
+    total = core.sum(w)
+    if reduction == 0:  # none
+        return (picked.reshape(()) if x.ndim == 1 else picked), core.array(0, dtype=x.dtype)
+    if reduction == 1:  # mean
+        return core.sum(picked) / total, total
+    return core.sum(picked), total
+
+
+@lower(aten.nll_loss_backward.default)
+def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    x2, safe, w = _nll_parts(x, target, weight, ignore_index)
+    g = grad.reshape(-1) if reduction == 0 else core.broadcast_to(grad.reshape(1), w.shape)
+    if reduction == 1:
+        g = g / total_weight
+    rows = core.arange(x2.shape[0])
+    out = core.zeros(x2.shape, dtype=x.dtype).at[rows, safe].add(-(w * g).astype(x.dtype))
+    return out.reshape(x.shape)
+
+
+@lower(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding backward scaled by frequency")
+    d = grad.shape[-1]
+    flat = indices.reshape(-1)
+    g = grad.reshape(-1, d)
+    if padding_idx >= 0:
+        g = core.where(core.expand_dims(flat == padding_idx, 1), core.array(0, dtype=g.dtype), g)
+    return core.zeros((num_weights, d), dtype=grad.dtype).at[flat].add(g)

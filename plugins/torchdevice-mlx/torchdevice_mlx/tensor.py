@@ -219,10 +219,10 @@ class MLXTensor(torch.Tensor):
         except KeyError:
             dtype = to_torch_dtype(array.dtype)
         if geometry is None:
-            out = _wrapper(cls, array.shape, dtype=dtype, device="cpu", requires_grad=requires_grad)
+            out = _wrapper(cls, array.shape, dtype=dtype, device=_CPU, requires_grad=requires_grad)
         else:
             size, stride, offset = geometry
-            out = _wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device="cpu",
+            out = _wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=_CPU,
                            requires_grad=requires_grad)
         out._mx = array
         if base is None:
@@ -233,9 +233,6 @@ class MLXTensor(torch.Tensor):
             out._seen = base._version_n
             out._root = base._mx.shape  # the base's shape when the chain was recorded (squeeze_ can change it)
         return out
-
-    def __init__(self, *args, **kwargs):
-        pass
 
     @classmethod
     def from_torch(cls, tensor: torch.Tensor) -> MLXTensor:
@@ -287,6 +284,23 @@ class MLXTensor(torch.Tensor):
         return dispatch(func, args, kwargs or {})
 
 
+def _new_base(array) -> MLXTensor:
+    """``MLXTensor(array)`` without the class call (the hot path: every op's result)."""
+    try:
+        dtype = _M2T[array.dtype]
+    except KeyError:
+        dtype = to_torch_dtype(array.dtype)
+    out = _wrapper(MLXTensor, array.shape, dtype=dtype, device=_CPU)
+    out._mx = array
+    _pending[id(out)] = weakref.ref(out)
+    if len(_pending) > _pending_limit[0]:
+        _compact_pending()
+    return out
+
+
+_CPU = torch.device("cpu")
+
+
 def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
     out = MLXTensor.from_torch(tensor)
     return out.requires_grad_(requires_grad) if requires_grad else out
@@ -294,12 +308,20 @@ def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
 
 # -- views: geometry, reading, writing ------------------------------------------------------
 
+_STRIDES: dict = {}
+
+
 def _contiguous_strides(size) -> tuple:
-    strides, acc = [], 1
-    for n in reversed(size):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
+    hit = _STRIDES.get(size)
+    if hit is None:
+        strides, acc = [], 1
+        for n in reversed(size):
+            strides.append(acc)
+            acc *= max(n, 1)
+        hit = tuple(reversed(strides))
+        if len(_STRIDES) < 4096:
+            _STRIDES[tuple(size)] = hit
+    return hit
 
 
 def _meta_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
@@ -312,11 +334,16 @@ def _meta_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
     return tuple(out.shape), out.stride(), out.storage_offset()
 
 
-def _view_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
+def _view_geometry(op, src: MLXTensor, args: tuple, kwargs: dict, kind: str | None = "") -> tuple:
     """torch's size/stride/storage offset of view op ``op`` applied to ``src`` (worked out here for the
-    common view ops, else by torch on the meta device)."""
-    size, stride, offset = tuple(src.shape), src.stride(), src.storage_offset()
-    kind = _GEOMETRY.get(op)
+    common view ops, else by torch on the meta device). ``kind``: the op's entry in _GEOMETRY, if known."""
+    size = tuple(src.shape)
+    if src._base_t is None:  # a base is contiguous
+        stride, offset = _contiguous_strides(size), 0
+    else:
+        stride, offset = src.stride(), src.storage_offset()
+    if kind == "":
+        kind = _GEOMETRY.get(op)
     ndim = len(size)
     if kind == "same":
         return size, stride, offset
@@ -411,16 +438,26 @@ _OVERLAP = ("unsupported operation: more than one element of the written-to tens
 
 def write(target: MLXTensor, value) -> None:
     """Make ``value`` (an MLX array) the data of ``target``, through to its base for a view."""
+    base = target._base_t
+    if base is None:
+        current = target._mx  # a base's array has the tensor's shape and dtype
+        if type(value) is _MX_ARRAY[0] and value.shape == current.shape and value.dtype == current.dtype:
+            if current.size:
+                target._mx = value
+                target._version_n += 1
+                _track(target)
+            return
     core = mx()
     size = tuple(target.shape)
     if 0 in size:
         return  # nothing to write
     dtype = to_mx_dtype(target.dtype)
+    if type(value) is not _MX_ARRAY[0]:
+        value = core.array(value, dtype=dtype)
     if value.shape != size:
         value = core.broadcast_to(value, size)
     if value.dtype != dtype:
         value = value.astype(dtype)
-    base = target._base_t
     if base is None:
         target._mx = value
         target._version_n += 1
@@ -460,7 +497,19 @@ _MULTI_VIEWS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.in
 _ALIASING: dict = {}
 
 
+#: the lowering tables (torchdevice_mlx.lowerings imports mlx.core: bound on the first dispatch)
+LOWERINGS: dict = {}
+TENSOR_LOWERINGS: dict = {}  # ops lowered on the tensors themselves (they write some arguments)
+RANDOM_OPS: set = set()
+HOST_OPS: set = set()
+
+
 def _init_views() -> None:
+    global LOWERINGS, TENSOR_LOWERINGS, RANDOM_OPS, HOST_OPS
+    from . import lowerings
+
+    LOWERINGS, RANDOM_OPS, HOST_OPS = lowerings.LOWERINGS, lowerings.RANDOM_OPS, lowerings.HOST_OPS
+    TENSOR_LOWERINGS = lowerings.TENSOR_LOWERINGS
     _init_geometry()
     _STRIDED.update(_GEOMETRY)
     _STRIDED.update([aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default,
@@ -493,7 +542,7 @@ def _unwrap(x):
 
 def _wrap(x):
     if isinstance(x, _mx_array()):
-        return MLXTensor(x)
+        return _new_base(x)
     return x
 
 
@@ -508,8 +557,6 @@ def _mx_array():
 
 
 def _run_lowered(op, args, kwargs):
-    from .lowerings import LOWERINGS
-
     lowering = LOWERINGS.get(op)
     if lowering is not None:
         return lowering(*args, **kwargs)
@@ -518,21 +565,30 @@ def _run_lowered(op, args, kwargs):
     return array_from_torch(op(torch_from_array(args[0]), *args[1:], **kwargs).contiguous())
 
 
-def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
-    from .lowerings import LOWERINGS
-
+def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict, info: tuple | None = None) -> MLXTensor:
+    """A view of ``src`` made by view op ``op``; ``info``: (its lowering, its _GEOMETRY kind, whether it is
+    strided) when the caller has them."""
+    if info is None:
+        info = (LOWERINGS.get(op), _GEOMETRY.get(op), op in _STRIDED)
+    lowering, kind, strided = info
     base = src._base_t if src._base_t is not None else src
-    geometry = _view_geometry(op, src, args, kwargs)
-    if op is aten.as_strided.default:
+    geometry = _view_geometry(op, src, args, kwargs, kind)
+    if op is _AS_STRIDED:
         _check_in_storage(geometry, base.numel())
-    if op is aten.as_strided.default or (op not in LOWERINGS and op in _STRIDED) or src._chain is None:
+    if op is _AS_STRIDED or (lowering is None and strided) or src._chain is None:
         return _gathered_view(base, geometry)
-    arr = _run_lowered(op, (src.mx_array, *args), kwargs)
+    if lowering is not None:
+        arr = lowering(src.mx_array, *args, **kwargs)
+    else:
+        arr = _run_lowered(op, (src.mx_array, *args), kwargs)
     if arr.shape != geometry[0]:
         # the lowering and torch disagree on the view's shape: the strided positions are torch's, and right
         _note_fallback(f"{op} (gathered)")
         return _gathered_view(base, geometry)
     return MLXTensor(arr, base=base, chain=src._chain + ((op, args, kwargs),), geometry=geometry)
+
+
+_AS_STRIDED = aten.as_strided.default
 
 
 def _gathered_view(base: MLXTensor, geometry: tuple) -> MLXTensor:
@@ -556,18 +612,18 @@ def _check_in_storage(geometry: tuple, numel: int) -> None:
 #: id(op) -> (op, its route): decided once per ATen op (OpOverload hashes in Python, so every
 #: `op in table` on the hot path costs; an int key does not). The op is kept so its id stays its own.
 _ROUTES: dict[int, tuple] = {}
-_LOWERED, _VIEW, _MULTI, _INPLACE, _OTHER = range(5)
+_LOWERED, _VIEW, _MULTI, _INPLACE, _OTHER, _TENSORS = range(6)
 
 
 def _route(func) -> tuple:
-    from .lowerings import HOST_OPS, LOWERINGS, RANDOM_OPS
-
     if not _STRIDED:
         _init_views()
         _mx_array()
     lowering = LOWERINGS.get(func)
     random = func in RANDOM_OPS
-    if func in _MULTI_VIEWS:
+    if func in TENSOR_LOWERINGS:
+        kind, lowering = _TENSORS, TENSOR_LOWERINGS[func]
+    elif func in _MULTI_VIEWS:
         kind = _MULTI
     elif func in _GEOMETRY or _aliases_its_input(func):
         kind = _VIEW
@@ -579,7 +635,8 @@ def _route(func) -> tuple:
         kind = _OTHER
     # no list argument (Tensor[] ...): arguments unwrapped without pytree
     flat = not any("[]" in str(a.type) or "List" in str(a.type) for a in func._schema.arguments)
-    route = (kind, None if random else lowering, flat, random, func in HOST_OPS)
+    view = (lowering, _GEOMETRY.get(func), func in _STRIDED) if kind == _VIEW else None
+    route = (kind, None if random else lowering, flat, random, func in HOST_OPS, view)
     _ROUTES[id(func)] = (func, route)
     return route
 
@@ -587,7 +644,7 @@ def _route(func) -> tuple:
 def dispatch(func, args: tuple, kwargs: dict):
     """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
     entry = _ROUTES.get(id(func))
-    kind, lowering, flat, random, host = entry[1] if entry is not None else _route(func)
+    kind, lowering, flat, random, host, view = entry[1] if entry is not None else _route(func)
     if kind == _LOWERED:
         try:
             if flat:
@@ -598,10 +655,15 @@ def dispatch(func, args: tuple, kwargs: dict):
         except NotImplementedError:  # the lowering does not cover these arguments
             return _not_lowered(func, args, kwargs)
         if type(result) is _MX_ARRAY[0]:
-            return MLXTensor(result)
+            return _new_base(result)
         return tree_map(_wrap, result)
+    if kind == _TENSORS:
+        try:
+            return lowering(*args, **kwargs)
+        except NotImplementedError:
+            return _not_lowered(func, args, kwargs)
     if kind == _VIEW and args and isinstance(args[0], MLXTensor):
-        return _make_view(func, args[0], tuple(args[1:]), kwargs)
+        return _make_view(func, args[0], args[1:], kwargs, view)
     if kind == _MULTI and args and isinstance(args[0], MLXTensor):
         return _multi_view(func, args[0], tuple(args[1:]), kwargs)
     if kind == _INPLACE:
@@ -736,6 +798,8 @@ def _functional_of(func):
 
 
 _COPY_TO = torch.ops.prims.copy_to.default
+_FUNCTIONAL: dict = {}  # in-place op -> its lowered/decomposable out-of-place op, or None
+_UNSEEN = object()
 _METADATA_INPLACE = {aten.squeeze_, aten.unsqueeze_, aten.t_, aten.transpose_, aten.resize_, aten.as_strided_,
                      aten.swapdims_, aten.swapaxes_, aten.set_}
 #: in-place shape changes -> the view op giving the same shape (over the same storage)
@@ -774,8 +838,6 @@ def _metadata_inplace(func, target: MLXTensor, args: tuple, kwargs: dict):
 
 
 def _inplace(func, args, kwargs):
-    from .lowerings import LOWERINGS, RANDOM_OPS
-
     target = args[0] if args else None
     if not isinstance(target, MLXTensor):
         return None
@@ -784,10 +846,13 @@ def _inplace(func, args, kwargs):
         return target
     if func.overloadpacket in _METADATA_INPLACE:
         return _metadata_inplace(func, target, args[1:], kwargs)
-    functional = _functional_of(func)
-    if functional is None or func in RANDOM_OPS or functional in RANDOM_OPS:
-        return None
-    if functional not in LOWERINGS and _decomposition(functional) is None:
+    functional = _FUNCTIONAL.get(func, _UNSEEN)
+    if functional is _UNSEEN:
+        functional = _FUNCTIONAL[func] = _functional_of(func)
+        if functional is not None and (func in RANDOM_OPS or functional in RANDOM_OPS
+                                       or (functional not in LOWERINGS and _decomposition(functional) is None)):
+            functional = _FUNCTIONAL[func] = None
+    if functional is None:
         return None
     result = dispatch(functional, args, kwargs)
     write(target, result.mx_array if isinstance(result, MLXTensor) else _unwrap(result))
