@@ -1354,25 +1354,19 @@ def _bn_checks(x, *params):
         raise NotImplementedError("batch_norm with mixed dtypes")
 
 
-def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    """``native_batch_norm`` on MLX tensors: it updates the running statistics in place (its schema does not
-    say so), so it is lowered on the tensors, not on their arrays."""
-    from .tensor import MLXTensor, _new_base, _unwrap, write
-
-    if training and any(t is not None and not isinstance(t, MLXTensor) for t in (running_mean, running_var)):
-        raise NotImplementedError("running statistics held outside MLX")  # the decomposition updates them
-    xa, wa, ba = _unwrap(x), _unwrap(weight), _unwrap(bias)
-    rm, rv = _unwrap(running_mean), _unwrap(running_var)
+def _batch_norm_arrays(xa, wa, ba, rm, rv, training, momentum, eps):
+    """(out, save_mean, save_invstd, new running mean, new running var) of batch norm on arrays."""
     _bn_checks(xa, wa, ba, rm, rv)
     axes = [0, *range(2, xa.ndim)]
+    new_rm, new_rv = rm, rv
     if training:
         mean = core.mean(xa, axis=axes)
         var = core.mean(core.square(xa - _channel(mean, xa.ndim)), axis=axes)
         invstd = core.rsqrt(var + eps)
-        if running_mean is not None:
+        if rm is not None:
             n = xa.size // xa.shape[1]
-            write(running_mean, (1 - momentum) * rm + momentum * mean)
-            write(running_var, (1 - momentum) * rv + momentum * var * (n / max(n - 1, 1)))
+            new_rm = (1 - momentum) * rm + momentum * mean
+            new_rv = (1 - momentum) * rv + momentum * var * (n / max(n - 1, 1))
         save_mean, save_invstd = mean, invstd
     else:
         if rm is None:
@@ -1383,6 +1377,32 @@ def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, traini
     out = (xa - _channel(mean, xa.ndim)) * _channel(scale, xa.ndim)
     if ba is not None:
         out = out + _channel(ba, xa.ndim)
+    return out, save_mean, save_invstd, new_rm, new_rv
+
+
+@lower(aten._native_batch_norm_legit_functional.default)
+def _bn_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _batch_norm_arrays(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@lower(aten._native_batch_norm_legit_no_training.default)
+def _bn_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    return _batch_norm_arrays(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+
+
+def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """``native_batch_norm`` on MLX tensors: it updates the running statistics in place (its schema does not
+    say so), so it is lowered on the tensors, not on their arrays."""
+    from .tensor import MLXTensor, _new_base, _unwrap, write
+
+    if training and any(t is not None and not isinstance(t, MLXTensor) for t in (running_mean, running_var)):
+        raise NotImplementedError("running statistics held outside MLX")  # the decomposition updates them
+    xa, wa, ba = _unwrap(x), _unwrap(weight), _unwrap(bias)
+    rm, rv = _unwrap(running_mean), _unwrap(running_var)
+    out, save_mean, save_invstd, new_rm, new_rv = _batch_norm_arrays(xa, wa, ba, rm, rv, training, momentum, eps)
+    if training and running_mean is not None:
+        write(running_mean, new_rm)
+        write(running_var, new_rv)
     return _new_base(out), _new_base(save_mean), _new_base(save_invstd)
 
 
@@ -1427,8 +1447,12 @@ def _log_softmax_backward_data(grad, output, dim, input_dtype):
 
 @lower(aten.gelu_backward.default)
 def _gelu_backward(grad, x, approximate="none"):
-    if approximate != "none" or x.dtype not in _FLOATS:
-        raise NotImplementedError("tanh-approximated gelu backward")  # torch's decomposition
+    if x.dtype not in _FLOATS:
+        raise NotImplementedError("gelu backward of an integer tensor")
+    if approximate == "tanh":
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        t = core.tanh(k * (x + c * x * x * x))
+        return grad * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x))
     cdf = 0.5 * (1 + core.erf(x * (1 / math.sqrt(2))))
     pdf = core.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
     return grad * (cdf + x * pdf)
@@ -1484,3 +1508,126 @@ def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_gra
     if padding_idx >= 0:
         g = core.where(core.expand_dims(flat == padding_idx, 1), core.array(0, dtype=g.dtype), g)
     return core.zeros((num_weights, d), dtype=grad.dtype).at[flat].add(g)
+
+
+# -- factories (they reach MLX inside captured graphs: torch.compile(backend="mlx")) --------------------
+
+def _factory_dtype(dtype, *values):
+    if dtype is not None:
+        return _dt(dtype)
+    if all(isinstance(v, (bool, int)) for v in values):
+        return core.int64
+    return _dt(torch.get_default_dtype())
+
+
+@lower(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+    dt = _factory_dtype(dtype, start, end, step)
+    if dt in _FLOATS:
+        n = max(0, math.ceil((end - start) / step))
+        return (core.arange(n, dtype=core.float32) * step + start).astype(dt) if n else core.zeros((0,), dtype=dt)
+    return core.arange(start, end, step, dtype=dt)
+
+
+@lower(aten.full.default)
+def _full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return core.full(tuple(size), fill_value, dtype=_factory_dtype(dtype, fill_value))
+
+
+@lower(aten.zeros.default, aten.empty.memory_format)
+def _zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return core.zeros(tuple(size), dtype=_factory_dtype(dtype, 0.0))
+
+
+@lower(aten.ones.default)
+def _ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return core.ones(tuple(size), dtype=_factory_dtype(dtype, 0.0))
+
+
+@lower(aten.empty_strided.default)
+def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return core.zeros(tuple(size), dtype=_factory_dtype(dtype, 0.0))
+
+
+@lower(aten.scalar_tensor.default)
+def _scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return core.array(value, dtype=_factory_dtype(dtype, 0.0))
+
+
+@lower(prims.iota.default)
+def _iota(length, *, start, step, dtype, device, requires_grad):
+    return core.arange(start, start + length * step, step, dtype=_dt(dtype)) if length else core.zeros((0,), _dt(dtype))
+
+
+# -- multi-output views (in captured graphs; eager dispatch makes them aliasing views itself) ----------
+
+@lower(aten.split_with_sizes.default)
+def _split_with_sizes(a, split_sizes, dim=0):
+    dim %= a.ndim
+    out, start = [], 0
+    for n in split_sizes:
+        out.append(_slice(a, dim, start, start + n))
+        start += n
+    return out
+
+
+@lower(aten.split.Tensor)
+def _split(a, split_size, dim=0):
+    n = a.shape[dim % a.ndim]
+    return _split_with_sizes(a, [min(split_size, n - s) for s in range(0, n, split_size)] or [0], dim)
+
+
+@lower(aten.unbind.int)
+def _unbind(a, dim=0):
+    dim %= a.ndim
+    return [_select(a, dim, i) for i in range(a.shape[dim])]
+
+
+@lower(aten.diagonal.default)
+def _diagonal(a, offset=0, dim1=0, dim2=1):
+    return core.diagonal(a, offset, dim1 % a.ndim, dim2 % a.ndim)
+
+
+def _max_pool2d_parts(x, kernel_size, stride, padding, dilation, ceil_mode):
+    kernel, stride, padding = _pool_args(kernel_size, stride, padding)
+    if any(d != 1 for d in (list(dilation) or [1])):
+        raise NotImplementedError("dilated max pooling")
+    if x.dtype not in _FLOATS:
+        raise NotImplementedError("integer max pooling")
+    spatial = x.shape[-2:]
+    extents = [_pool_extent(sz, k, st, p, ceil_mode) for sz, k, st, p in zip(spatial, kernel, stride, padding)]
+    pads = [(p, p + e) for p, (_, e) in zip(padding, extents)]
+    xp = core.pad(x, [(0, 0)] * (x.ndim - 2) + pads, constant_values=core.array(-math.inf, dtype=x.dtype))
+    windows = core.stack(_pool_windows(xp, kernel, stride, None, 0), axis=0)
+    out_h, out_w = windows.shape[-2:]
+    # the flat input position (h * W + w) of every window element, as torch's indices
+    oh = core.arange(out_h).reshape(-1, 1) * stride[0] - padding[0]
+    ow = core.arange(out_w).reshape(1, -1) * stride[1] - padding[1]
+    positions = core.stack([(oh + i) * spatial[1] + (ow + j) for i in range(kernel[0]) for j in range(kernel[1])])
+    return windows, positions
+
+
+@lower(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    windows, positions = _max_pool2d_parts(x, kernel_size, stride, padding, [dilation] if isinstance(dilation, int)
+                                           else dilation, ceil_mode)
+    # the first maximum of each window (NaN counts as the maximum, as in torch)
+    key = core.where(core.isnan(windows), core.array(math.inf, dtype=windows.dtype), windows)
+    best = core.argmax(key, axis=0)
+    values = core.take_along_axis(windows, core.expand_dims(best, 0), axis=0)[0]
+    lead = [1] * (x.ndim - 2)
+    idx = core.take_along_axis(core.broadcast_to(positions.reshape([positions.shape[0], *lead, *positions.shape[1:]]),
+                                                 windows.shape), core.expand_dims(best, 0), axis=0)[0]
+    return values, idx.astype(core.int64)
+
+
+@lower(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    lead = x.shape[:-2]
+    plane = x.shape[-2] * x.shape[-1]
+    rows = math.prod(lead)
+    flat_idx = indices.reshape(rows, -1)
+    row_ids = core.broadcast_to(core.arange(rows).reshape(-1, 1), flat_idx.shape)
+    out = core.zeros((rows, plane), dtype=grad.dtype).at[row_ids, flat_idx].add(grad.reshape(rows, -1))
+    return out.reshape(x.shape)

@@ -277,6 +277,11 @@ class MLXTensor(torch.Tensor):
     def item(self):
         return self.torch_cpu().item()
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # torch.compile(backend="mlx") traces its graphs with plain (fake) tensors; the gradients flowing into
+        # the compiled backward at run time are MLX tensors, which its MLX function takes as they are
+        return self
+
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
