@@ -545,7 +545,23 @@ def render_md(backends=None) -> str:
             "CUDA's shape: 0 means the device has no such thing, or it cannot be read. torch's own code "
             "(inductor, the profiler) reads the real machine's properties instead (the boundary rule, README).", ""]
     out += _md_table(property_rows(names), names, single)
+    out += _plugin_sections(names)
     return "\n".join(out) + "\n"
+
+
+def _plugin_sections(names: list[str]) -> list[str]:
+    """Markdown a backend's plugin object adds about itself: its ``compatibility_markdown()``, if it defines
+    one (the mlx plugin: its ATen lowerings checked against torch's OpInfo database)."""
+    out: list[str] = []
+    records = router.discover()
+    for name in names:
+        record = records.get(name)
+        obj = plugins.pm.get_plugin(record.plugin) if record is not None else None
+        extra = getattr(obj, "compatibility_markdown", None)
+        text = extra() if callable(extra) else None
+        if text:
+            out += ["", text.rstrip("\n")]
+    return out
 
 
 def _md_table(table: list[Row], names: list[str], single: bool) -> list[str]:

@@ -81,3 +81,14 @@ def test_type_errors():
         to_mlx([1, 2])
     with pytest.raises(TypeError, match="mlx.core.array"):
         from_mlx(torch.ones(2))
+
+
+def test_from_mlx_of_negative_stride_views():
+    """MLX's a[::-1] is a negative-stride view; torch's DLPack import of it aborted the whole process."""
+    import mlx.core as mx
+
+    a = mx.arange(6).reshape(2, 3)
+    assert from_mlx(a[::-1]).tolist() == [[3, 4, 5], [0, 1, 2]]
+    assert from_mlx(a[:, ::-2], copy=True).tolist() == [[2, 0], [5, 3]]
+    assert from_mlx(a.astype(mx.bfloat16)[::-1]).float().tolist() == [[3, 4, 5], [0, 1, 2]]
+    assert from_mlx(mx.broadcast_to(mx.array([1.0, 2.0]), (3, 2))).tolist() == [[1.0, 2.0]] * 3

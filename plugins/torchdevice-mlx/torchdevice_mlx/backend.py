@@ -492,6 +492,13 @@ class MLXBackend(Backend):
     def collectives(self) -> MLXCollectives:
         return MLXCollectives(self.name)
 
+    def compatibility_markdown(self) -> str:
+        """The OpInfo truth table of the MLX lowerings (the package's ``OPS.md``, made by
+        :mod:`torchdevice_mlx.opinfo`), which ``torchdevice matrix`` appends to docs/compatibility.md."""
+        from importlib import resources
+
+        return resources.files(__package__).joinpath("OPS.md").read_text(encoding="utf-8")
+
 
 def install_translation(patcher, target) -> None:
     """Make translated factories and moves produce MLX-backed tensors (:mod:`.translation`)."""

@@ -40,6 +40,11 @@ def from_mlx(array, *, copy: bool = False) -> torch.Tensor:
     if not isinstance(array, core.array):
         raise TypeError(f"from_mlx expects an mlx.core.array, got {type(array).__name__}")
     core.eval(array)
+    if _negative_strides(array):
+        # an MLX view can have negative strides (a[::-1]), which torch's DLPack import cannot represent
+        # (it aborts the process): made row-contiguous first
+        array = core.contiguous(array)
+        core.eval(array)
     try:
         tensor = torch.from_dlpack(array)
     except (TypeError, RuntimeError, BufferError, ValueError):
@@ -47,3 +52,14 @@ def from_mlx(array, *, copy: bool = False) -> torch.Tensor:
 
         return torch.from_numpy(numpy.array(array, copy=True))
     return tensor.clone() if copy else tensor
+
+
+def _negative_strides(array) -> bool:
+    """Whether evaluated ``array`` has a negative stride (read through NumPy's zero-copy view; where NumPy has
+    no such dtype, bfloat16, assumed so)."""
+    import numpy
+
+    try:
+        return any(s < 0 for s in numpy.asarray(array).strides)
+    except (TypeError, ValueError, RuntimeError):
+        return True

@@ -6,9 +6,10 @@ is run on its float32 CPU samples twice -- natively and with MLX-backed inputs -
 outputs compared (``rtol=atol=1e-4``); where the OpInfo supports autograd, the gradients of
 the inputs are compared too. A sample that fell back to the host for any op is recorded.
 
-Regenerate the table (needs ``pip install expecttest``)::
+Regenerate the table (needs ``pip install expecttest``), then the matrix that includes it::
 
-    python -m torchdevice_mlx.opinfo plugins/torchdevice-mlx/OPS.md
+    python -m torchdevice_mlx.opinfo plugins/torchdevice-mlx/torchdevice_mlx/OPS.md
+    torchdevice matrix --write docs/compatibility.md
 """
 from __future__ import annotations
 
@@ -21,18 +22,33 @@ from torch.utils._pytree import tree_flatten, tree_map
 from .lowerings import LOWERINGS
 from .tensor import MLXTensor, fallback_counts
 
-EXTRA = ("nn.functional.conv2d", "nn.functional.embedding", "nn.functional.relu", "nn.functional.gelu",
-         "nn.functional.silu", "nn.functional.layer_norm", "nn.functional.cross_entropy",
-         "nn.functional.max_pool2d", "nn.functional.avg_pool2d", "nn.functional.batch_norm",
-         "nn.functional.scaled_dot_product_attention", "softmax", "log_softmax", "matmul", "reshape")
+EXTRA = ("nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d", "nn.functional.embedding",
+         "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.layer_norm",
+         "nn.functional.cross_entropy", "nn.functional.nll_loss", "nn.functional.mse_loss",
+         "nn.functional.max_pool2d", "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d",
+         "nn.functional.batch_norm", "nn.functional.group_norm", "nn.functional.pad",
+         "nn.functional.scaled_dot_product_attention", "nn.functional.linear", "nn.functional.softplus",
+         "nn.functional.leaky_relu", "nn.functional.hardtanh", "nn.functional.elu",
+         "softmax", "log_softmax", "matmul", "reshape", "div", "max", "min", "__getitem__", "take_along_dim",
+         "masked_fill", "narrow", "split", "chunk", "unbind", "diagonal", "as_strided", "unfold", "movedim",
+         "repeat", "roll", "einsum", "outer", "dot", "mv", "linalg.vector_norm", "norm", "nan_to_num",
+         "addmv", "index_add", "index_copy", "index_fill", "argsort", "msort", "max_pool2d_with_indices_backward")
 MAX_SAMPLES = 6
 #: Ops whose output is uninitialised memory: nothing to compare.
 UNCOMPARABLE = {"empty_like", "new_empty", "empty", "new_empty_strided", "empty_strided"}
+#: Factories: their samples take no tensor, so nothing would run in MLX (their lowerings serve captured graphs,
+#: checked by the torch.compile tests).
+UNCOMPARABLE |= {"arange", "full", "zeros", "ones", "scalar_tensor"}
+#: Variants whose samples read storage outside the input tensor (a view into a larger host storage):
+#: an MLX tensor made from such an input holds that tensor's elements only, so nothing to compare
+#: (as_strided outside an MLX tensor's own storage raises).
+UNCOMPARABLE_VARIANTS = {"as_strided.partial_views"}
 
 
 @dataclass
 class Row:
     op: str
+    how: str  # "lowered": the ATen op has an MLX lowering; "composite": torch decomposes it into ops that do
     samples: int
     forward: str  # "pass", "FAIL: ...", "error: ..."
     backward: str
@@ -54,7 +70,11 @@ def selected_opinfos(names: list[str] | None = None):
 
     wanted = set(names) if names else lowered_names() | set(EXTRA)
     wanted -= UNCOMPARABLE
-    return [op for op in op_db if op.name in wanted and op.variant_test_name == ""]
+    return [op for op in op_db if op.name in wanted and row_name(op) not in UNCOMPARABLE_VARIANTS]
+
+
+def row_name(opinfo) -> str:
+    return opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
 
 
 def _to_mlx(x):
@@ -86,7 +106,7 @@ def check(opinfo) -> Row:
     try:
         samples = list(opinfo.sample_inputs("cpu", torch.float32, requires_grad=opinfo.supports_autograd))
     except Exception as exc:  # noqa: BLE001 -- the database cannot build samples here: say so in the table
-        return Row(opinfo.name, 0, f"error: samples ({type(exc).__name__})", "n/a", "")
+        return Row(row_name(opinfo), _how(opinfo), 0, f"error: samples ({type(exc).__name__})", "n/a", "")
     for sample in samples[:MAX_SAMPLES]:
         n += 1
         try:
@@ -110,28 +130,40 @@ def check(opinfo) -> Row:
                 bwd = f"FAIL: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
     after = fallback_counts()
     fell = sorted(k for k in after if after[k] != before.get(k, 0))
-    return Row(opinfo.name, n, fwd, bwd, ", ".join(fell))
+    return Row(row_name(opinfo), _how(opinfo), n, fwd, bwd, ", ".join(fell))
+
+
+def _how(opinfo) -> str:
+    name = (getattr(opinfo, "aten_name", None) or opinfo.name).split(".")[-1]
+    return "lowered" if name in lowered_names() else "composite"
 
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "# MLX backend: OpInfo truth table",
+        "## mlx: ATen ops in MLX, checked against torch's OpInfo database",
         "",
         (
-            "Generated by `python -m torchdevice_mlx.opinfo plugins/torchdevice-mlx/OPS.md` (torch "
-            f"{torch.__version__}, mlx[cpu]); do not edit. Each op's first {MAX_SAMPLES} float32 OpInfo "
-            "samples, MLX-backed vs torch CPU, rtol=atol=1e-4. *Host fallbacks* lists ATen ops that ran on "
-            "torch CPU for those samples (empty: everything ran in MLX)."
+            "Generated by `python -m torchdevice_mlx.opinfo plugins/torchdevice-mlx/torchdevice_mlx/OPS.md` "
+            f"(torch {torch.__version__}, mlx[cpu] on Linux: not hardware-verified on Metal or MLX-CUDA); do not "
+            f"edit. Each op's first {MAX_SAMPLES} float32 OpInfo samples run on MLX-backed tensors and on torch "
+            "CPU, outputs (forward) and input gradients (backward) compared at rtol=atol=1e-4. *Lowered*: the "
+            "ATen op has an MLX lowering; *composite*: torch rewrites it (CompositeImplicit kernel or "
+            "decomposition) into ops that have one. *Host fallbacks*: ATen ops that ran on torch CPU for those "
+            "samples (empty: everything ran in MLX). Every other op falls back to the host, counted "
+            "(`torchdevice run --report`)."
         ),
         "",
-        "| op | samples | forward | backward | host fallbacks |",
-        "|---|---|---|---|---|",
+        "| op | in MLX | samples | forward | backward | host fallbacks |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| `{r.op}` | {r.samples} | {r.forward} | {r.backward} | {r.fallbacks} |")
+        lines.append(f"| `{r.op}` | {r.how} | {r.samples} | {r.forward} | {r.backward} | {r.fallbacks} |")
     passed = sum(r.forward == "pass" for r in rows)
-    lines += ["", f"{passed}/{len(rows)} ops pass forward."]
+    backward = sum(r.backward == "pass" for r in rows)
+    lines += ["", f"{passed}/{len(rows)} ops pass forward, {backward} pass backward (the others have no gradient "
+              "to check)."]
     return "\n".join(lines) + "\n"
+
 
 
 def main(argv: list[str]) -> int:

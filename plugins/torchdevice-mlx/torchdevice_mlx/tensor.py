@@ -57,6 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from ._mlx import mx
@@ -208,6 +209,7 @@ class MLXTensor(torch.Tensor):
     _chain: tuple | None = ()  # view ops from the base; None: gathered from the base by the view's strides
     _version_n: int = 0
     _seen: int = 0
+    _root: tuple = ()
 
     @staticmethod
     def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
@@ -217,10 +219,10 @@ class MLXTensor(torch.Tensor):
         except KeyError:
             dtype = to_torch_dtype(array.dtype)
         if geometry is None:
-            out = _wrapper(cls, array.shape, dtype=dtype, device="cpu", requires_grad=requires_grad)
+            out = _wrapper(cls, array.shape, dtype=dtype, device=_CPU, requires_grad=requires_grad)
         else:
             size, stride, offset = geometry
-            out = _wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device="cpu",
+            out = _wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=_CPU,
                            requires_grad=requires_grad)
         out._mx = array
         if base is None:
@@ -229,10 +231,8 @@ class MLXTensor(torch.Tensor):
             out._base_t = base
             out._chain = chain
             out._seen = base._version_n
+            out._root = base._mx.shape  # the base's shape when the chain was recorded (squeeze_ can change it)
         return out
-
-    def __init__(self, *args, **kwargs):
-        pass
 
     @classmethod
     def from_torch(cls, tensor: torch.Tensor) -> MLXTensor:
@@ -277,11 +277,33 @@ class MLXTensor(torch.Tensor):
     def item(self):
         return self.torch_cpu().item()
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # torch.compile(backend="mlx") traces its graphs with plain (fake) tensors; the gradients flowing into
+        # the compiled backward at run time are MLX tensors, which its MLX function takes as they are
+        return self
+
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return dispatch(func, args, kwargs or {})
+
+
+def _new_base(array) -> MLXTensor:
+    """``MLXTensor(array)`` without the class call (the hot path: every op's result)."""
+    try:
+        dtype = _M2T[array.dtype]
+    except KeyError:
+        dtype = to_torch_dtype(array.dtype)
+    out = _wrapper(MLXTensor, array.shape, dtype=dtype, device=_CPU)
+    out._mx = array
+    _pending[id(out)] = weakref.ref(out)
+    if len(_pending) > _pending_limit[0]:
+        _compact_pending()
+    return out
+
+
+_CPU = torch.device("cpu")
 
 
 def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
@@ -291,12 +313,20 @@ def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
 
 # -- views: geometry, reading, writing ------------------------------------------------------
 
+_STRIDES: dict = {}
+
+
 def _contiguous_strides(size) -> tuple:
-    strides, acc = [], 1
-    for n in reversed(size):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
+    hit = _STRIDES.get(size)
+    if hit is None:
+        strides, acc = [], 1
+        for n in reversed(size):
+            strides.append(acc)
+            acc *= max(n, 1)
+        hit = tuple(reversed(strides))
+        if len(_STRIDES) < 4096:
+            _STRIDES[tuple(size)] = hit
+    return hit
 
 
 def _meta_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
@@ -309,11 +339,16 @@ def _meta_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
     return tuple(out.shape), out.stride(), out.storage_offset()
 
 
-def _view_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
+def _view_geometry(op, src: MLXTensor, args: tuple, kwargs: dict, kind: str | None = "") -> tuple:
     """torch's size/stride/storage offset of view op ``op`` applied to ``src`` (worked out here for the
-    common view ops, else by torch on the meta device)."""
-    size, stride, offset = tuple(src.shape), src.stride(), src.storage_offset()
-    kind = _GEOMETRY.get(op)
+    common view ops, else by torch on the meta device). ``kind``: the op's entry in _GEOMETRY, if known."""
+    size = tuple(src.shape)
+    if src._base_t is None:  # a base is contiguous
+        stride, offset = _contiguous_strides(size), 0
+    else:
+        stride, offset = src.stride(), src.storage_offset()
+    if kind == "":
+        kind = _GEOMETRY.get(op)
     ndim = len(size)
     if kind == "same":
         return size, stride, offset
@@ -395,6 +430,8 @@ def _view_array(view: MLXTensor, base: MLXTensor):
     if chain is None:  # gathered at its strided positions
         return mx().take(base.mx_array.reshape(-1), _index_array(_geometry(view), base.numel()))
     arr = base.mx_array
+    if arr.shape != view._root:
+        arr = arr.reshape(view._root)
     for op, args, kwargs in chain:
         arr = _run_lowered(op, (arr, *args), kwargs)
     return arr
@@ -406,14 +443,26 @@ _OVERLAP = ("unsupported operation: more than one element of the written-to tens
 
 def write(target: MLXTensor, value) -> None:
     """Make ``value`` (an MLX array) the data of ``target``, through to its base for a view."""
+    base = target._base_t
+    if base is None:
+        current = target._mx  # a base's array has the tensor's shape and dtype
+        if type(value) is _MX_ARRAY[0] and value.shape == current.shape and value.dtype == current.dtype:
+            if current.size:
+                target._mx = value
+                target._version_n += 1
+                _track(target)
+            return
     core = mx()
     size = tuple(target.shape)
+    if 0 in size:
+        return  # nothing to write
     dtype = to_mx_dtype(target.dtype)
+    if type(value) is not _MX_ARRAY[0]:
+        value = core.array(value, dtype=dtype)
     if value.shape != size:
         value = core.broadcast_to(value, size)
     if value.dtype != dtype:
         value = value.astype(dtype)
-    base = target._base_t
     if base is None:
         target._mx = value
         target._version_n += 1
@@ -453,7 +502,19 @@ _MULTI_VIEWS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.in
 _ALIASING: dict = {}
 
 
+#: the lowering tables (torchdevice_mlx.lowerings imports mlx.core: bound on the first dispatch)
+LOWERINGS: dict = {}
+TENSOR_LOWERINGS: dict = {}  # ops lowered on the tensors themselves (they write some arguments)
+RANDOM_OPS: set = set()
+HOST_OPS: set = set()
+
+
 def _init_views() -> None:
+    global LOWERINGS, TENSOR_LOWERINGS, RANDOM_OPS, HOST_OPS
+    from . import lowerings
+
+    LOWERINGS, RANDOM_OPS, HOST_OPS = lowerings.LOWERINGS, lowerings.RANDOM_OPS, lowerings.HOST_OPS
+    TENSOR_LOWERINGS = lowerings.TENSOR_LOWERINGS
     _init_geometry()
     _STRIDED.update(_GEOMETRY)
     _STRIDED.update([aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default,
@@ -486,7 +547,7 @@ def _unwrap(x):
 
 def _wrap(x):
     if isinstance(x, _mx_array()):
-        return MLXTensor(x)
+        return _new_base(x)
     return x
 
 
@@ -501,8 +562,6 @@ def _mx_array():
 
 
 def _run_lowered(op, args, kwargs):
-    from .lowerings import LOWERINGS
-
     lowering = LOWERINGS.get(op)
     if lowering is not None:
         return lowering(*args, **kwargs)
@@ -511,35 +570,65 @@ def _run_lowered(op, args, kwargs):
     return array_from_torch(op(torch_from_array(args[0]), *args[1:], **kwargs).contiguous())
 
 
-def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
-    from .lowerings import LOWERINGS
-
+def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict, info: tuple | None = None) -> MLXTensor:
+    """A view of ``src`` made by view op ``op``; ``info``: (its lowering, its _GEOMETRY kind, whether it is
+    strided) when the caller has them."""
+    if info is None:
+        info = (LOWERINGS.get(op), _GEOMETRY.get(op), op in _STRIDED)
+    lowering, kind, strided = info
     base = src._base_t if src._base_t is not None else src
-    geometry = _view_geometry(op, src, args, kwargs)
-    if op is aten.as_strided.default or (op not in LOWERINGS and op in _STRIDED) or src._chain is None:
-        # positions in the base's storage: gathered in MLX (as_strided is relative to the storage, not to src)
-        out = MLXTensor(base.mx_array, base=base, chain=None, geometry=geometry)
-        out._seen = -1  # computed on first use
-        return out
-    arr = _run_lowered(op, (src.mx_array, *args), kwargs)
+    geometry = _view_geometry(op, src, args, kwargs, kind)
+    if op is _AS_STRIDED:
+        _check_in_storage(geometry, base.numel())
+    if op is _AS_STRIDED or (lowering is None and strided) or src._chain is None:
+        return _gathered_view(base, geometry)
+    if lowering is not None:
+        arr = lowering(src.mx_array, *args, **kwargs)
+    else:
+        arr = _run_lowered(op, (src.mx_array, *args), kwargs)
+    if arr.shape != geometry[0]:
+        # the lowering and torch disagree on the view's shape: the strided positions are torch's, and right
+        _note_fallback(f"{op} (gathered)")
+        return _gathered_view(base, geometry)
     return MLXTensor(arr, base=base, chain=src._chain + ((op, args, kwargs),), geometry=geometry)
+
+
+_AS_STRIDED = aten.as_strided.default
+
+
+def _gathered_view(base: MLXTensor, geometry: tuple) -> MLXTensor:
+    """A view read from (and written to) its base's storage at its strided positions."""
+    out = MLXTensor(base.mx_array, base=base, chain=None, geometry=geometry)
+    out._seen = -1  # computed on first use
+    return out
+
+
+def _check_in_storage(geometry: tuple, numel: int) -> None:
+    size, stride, offset = geometry
+    if any(n == 0 for n in size):
+        return
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride))
+    if offset < 0 or last >= numel or any(st < 0 for st in stride):
+        # torch would read whatever its storage holds there; an MLX tensor's storage is its base's data only
+        raise RuntimeError(f"as_strided: size {list(size)}, stride {list(stride)} and storage offset {offset} reach "
+                           f"outside the {numel} elements of the MLX tensor's storage")
 
 
 #: id(op) -> (op, its route): decided once per ATen op (OpOverload hashes in Python, so every
 #: `op in table` on the hot path costs; an int key does not). The op is kept so its id stays its own.
 _ROUTES: dict[int, tuple] = {}
-_LOWERED, _VIEW, _MULTI, _INPLACE, _OTHER = range(5)
+_LOWERED, _VIEW, _MULTI, _INPLACE, _OTHER, _TENSORS = range(6)
 
 
 def _route(func) -> tuple:
-    from .lowerings import HOST_OPS, LOWERINGS, RANDOM_OPS
-
     if not _STRIDED:
         _init_views()
         _mx_array()
     lowering = LOWERINGS.get(func)
     random = func in RANDOM_OPS
-    if func in _MULTI_VIEWS:
+    if func in TENSOR_LOWERINGS:
+        kind, lowering = _TENSORS, TENSOR_LOWERINGS[func]
+    elif func in _MULTI_VIEWS:
         kind = _MULTI
     elif func in _GEOMETRY or _aliases_its_input(func):
         kind = _VIEW
@@ -551,7 +640,8 @@ def _route(func) -> tuple:
         kind = _OTHER
     # no list argument (Tensor[] ...): arguments unwrapped without pytree
     flat = not any("[]" in str(a.type) or "List" in str(a.type) for a in func._schema.arguments)
-    route = (kind, None if random else lowering, flat, random, func in HOST_OPS)
+    view = (lowering, _GEOMETRY.get(func), func in _STRIDED) if kind == _VIEW else None
+    route = (kind, None if random else lowering, flat, random, func in HOST_OPS, view)
     _ROUTES[id(func)] = (func, route)
     return route
 
@@ -559,7 +649,7 @@ def _route(func) -> tuple:
 def dispatch(func, args: tuple, kwargs: dict):
     """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
     entry = _ROUTES.get(id(func))
-    kind, lowering, flat, random, host = entry[1] if entry is not None else _route(func)
+    kind, lowering, flat, random, host, view = entry[1] if entry is not None else _route(func)
     if kind == _LOWERED:
         try:
             if flat:
@@ -568,12 +658,17 @@ def dispatch(func, args: tuple, kwargs: dict):
             else:
                 result = lowering(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         except NotImplementedError:  # the lowering does not cover these arguments
-            return _host_fallback(func, args, kwargs)
+            return _not_lowered(func, args, kwargs)
         if type(result) is _MX_ARRAY[0]:
-            return MLXTensor(result)
+            return _new_base(result)
         return tree_map(_wrap, result)
+    if kind == _TENSORS:
+        try:
+            return lowering(*args, **kwargs)
+        except NotImplementedError:
+            return _not_lowered(func, args, kwargs)
     if kind == _VIEW and args and isinstance(args[0], MLXTensor):
-        return _make_view(func, args[0], tuple(args[1:]), kwargs)
+        return _make_view(func, args[0], args[1:], kwargs, view)
     if kind == _MULTI and args and isinstance(args[0], MLXTensor):
         return _multi_view(func, args[0], tuple(args[1:]), kwargs)
     if kind == _INPLACE:
@@ -584,13 +679,74 @@ def dispatch(func, args: tuple, kwargs: dict):
         try:
             result = lowering(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         except NotImplementedError:
-            return _host_fallback(func, args, kwargs)
+            return _not_lowered(func, args, kwargs)
         return tree_map(_wrap, result)
     if not random and not host:
         decomp = _decomposition(func)
         if decomp is not None:
-            return decomp(*args, **kwargs)
+            return _run_decomposition(func, decomp, args, kwargs)
     return _host_fallback(func, args, kwargs, count=not random)
+
+
+_declined = threading.local()
+
+
+def _not_lowered(func, args, kwargs):
+    """An op whose lowering does not cover these arguments: torch's decomposition, else the host."""
+    decomp = _decomposition(func)
+    active = getattr(_declined, "ops", None)
+    if active is None:
+        active = _declined.ops = set()
+    if decomp is not None and func not in active:  # a decomposition calling the op back goes to the host
+        active.add(func)
+        try:
+            return _run_decomposition(func, decomp, args, kwargs)
+        finally:
+            active.discard(func)
+    return _host_fallback(func, args, kwargs)
+
+
+#: op -> whether its decomposition makes new tensors (factories: torch.full(..., device=x.device) ...).
+#: An MLXTensor reports device cpu, so those would be host tensors and the rest of the decomposition
+#: would run on the host; such decompositions run under _MLXFactories, which makes them MLX tensors.
+_MAKES_TENSORS: dict = {}
+
+
+def _run_decomposition(func, decomp, args, kwargs):
+    quiet = _MAKES_TENSORS.get(func, 0)
+    if quiet >= _QUIET_RUNS:
+        return decomp(*args, **kwargs)
+    mode = _MLXFactories()
+    with mode:
+        out = decomp(*args, **kwargs)
+    # a decomposition seen making tensors always runs under the mode; one that made none in its first
+    # _QUIET_RUNS runs no longer pays for it (a later run that makes one gives host tensors: right, slower)
+    _MAKES_TENSORS[func] = -(1 << 30) if mode.made else quiet + 1
+    return out
+
+
+_QUIET_RUNS = 8
+
+
+def _has_tensor(args, kwargs) -> bool:
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, torch.Tensor) or (type(x) in (list, tuple) and any(isinstance(y, torch.Tensor) for y in x)):
+            return True
+    return False
+
+
+class _MLXFactories(TorchDispatchMode):
+    """While a decomposition of an op on MLX tensors runs: host tensors made from nothing are MLX tensors."""
+
+    made = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if type(out) is torch.Tensor and out.device.type == "cpu" and not _has_tensor(args, kwargs):
+            self.made = True
+            return MLXTensor(array_from_torch(out))
+        return out
 
 
 def _multi_view(func, src: MLXTensor, args: tuple, kwargs: dict):
@@ -646,26 +802,62 @@ def _functional_of(func):
     return getattr(packet, func._overloadname, None)
 
 
+_COPY_TO = torch.ops.prims.copy_to.default
+_FUNCTIONAL: dict = {}  # in-place op -> its lowered/decomposable out-of-place op, or None
+_UNSEEN = object()
 _METADATA_INPLACE = {aten.squeeze_, aten.unsqueeze_, aten.t_, aten.transpose_, aten.resize_, aten.as_strided_,
                      aten.swapdims_, aten.swapaxes_, aten.set_}
+#: in-place shape changes -> the view op giving the same shape (over the same storage)
+_METADATA_AS_VIEW = {"squeeze_": "squeeze", "unsqueeze_": "unsqueeze", "t_": "t", "transpose_": "transpose",
+                     "swapdims_": "transpose", "swapaxes_": "transpose"}
+_PYTHON_KEYS: list = []
+
+
+def _metadata_inplace(func, target: MLXTensor, args: tuple, kwargs: dict):
+    """``squeeze_``/``unsqueeze_``/``transpose_`` ...: torch's own kernel changes the wrapper's sizes and strides
+    (no data is touched), and the MLX array follows."""
+    name = func.overloadpacket.__name__
+    view_name = _METADATA_AS_VIEW.get(name)
+    if name == "resize_" and tuple(args[0]) == tuple(target.shape):
+        return target
+    if view_name is None:
+        raise NotImplementedError(f"{func} changes a tensor's storage or size in place, which MLX tensors do not support")
+    packet = getattr(aten, view_name)
+    view_op = packet.int if view_name == "transpose" else getattr(packet, func._overloadname)
+    size, stride, offset = _view_geometry(view_op, target, tuple(args), kwargs)
+    if target._base_t is None and (offset != 0 or stride != _contiguous_strides(size)):
+        raise NotImplementedError(f"{func} would leave an MLX base tensor non-contiguous")
+    if not _PYTHON_KEYS:
+        _PYTHON_KEYS.append(torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+                            | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot))
+    with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEYS[0]):
+        func(target, *args, **kwargs)  # metadata only: the wrapper's storage holds no data
+    if target._base_t is None:
+        target._mx = target._mx.reshape(size)
+    else:
+        arr = _run_lowered(view_op, (target.mx_array, *args), kwargs)
+        if target._chain is not None:
+            target._chain = target._chain + ((view_op, tuple(args), kwargs),)
+        target._mx = arr if target._chain is not None else _view_array(target, target._base_t)
+    return target
 
 
 def _inplace(func, args, kwargs):
-    from .lowerings import LOWERINGS, RANDOM_OPS
-
     target = args[0] if args else None
     if not isinstance(target, MLXTensor):
         return None
-    if func is aten.copy_.default:
+    if func is aten.copy_.default or func is _COPY_TO:
         write(target, _unwrap(args[1]))
         return target
     if func.overloadpacket in _METADATA_INPLACE:
-        # a wrapper's sizes are fixed at creation: refuse rather than keep a wrong shape
-        raise NotImplementedError(f"{func} changes a tensor's shape in place, which MLX tensors do not support")
-    functional = _functional_of(func)
-    if functional is None or func in RANDOM_OPS or functional in RANDOM_OPS:
-        return None
-    if functional not in LOWERINGS and _decomposition(functional) is None:
+        return _metadata_inplace(func, target, args[1:], kwargs)
+    functional = _FUNCTIONAL.get(func, _UNSEEN)
+    if functional is _UNSEEN:
+        functional = _FUNCTIONAL[func] = _functional_of(func)
+        if functional is not None and (func in RANDOM_OPS or functional in RANDOM_OPS
+                                       or (functional not in LOWERINGS and _decomposition(functional) is None)):
+            functional = _FUNCTIONAL[func] = None
+    if functional is None:
         return None
     result = dispatch(functional, args, kwargs)
     write(target, result.mx_array if isinstance(result, MLXTensor) else _unwrap(result))

@@ -8,7 +8,9 @@ device (``torch.zeros(..., device="cuda")``), ``Tensor.to("cuda")``,
 returned for one (:data:`torchdevice.devices.host_target`: identity tells it
 from a program's own ``torch.device("cpu")``, which stays a plain host tensor).
 ``MLXTensor.cpu()`` / ``.to("cpu")`` return plain host tensors. Moves are
-autograd functions, so gradients flow across them.
+autograd functions, so gradients flow across them. ``torch.compile`` of an
+``nn.Module`` with ``backend="mlx"`` or torch's default compiles it with MLX
+(:mod:`torchdevice_mlx.compile`).
 """
 from __future__ import annotations
 
@@ -162,6 +164,30 @@ _FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "ara
               "normal", "tril_indices", "triu_indices")
 
 
+#: torch.compile backends an nn.Module is compiled with by MLX under the mlx backend: "mlx", and torch's
+#: default, inductor, which cannot compile MLX tensors (the program asked for its device's compiler)
+MLX_COMPILE_BACKENDS = ("mlx", "inductor")
+
+
+def _compile(inner):
+    @functools.wraps(inner)
+    def compile(model=None, **kwargs):
+        if model is None:  # @torch.compile(backend=...) as a decorator factory
+            return lambda fn: compile(fn, **kwargs)
+        backend = kwargs.get("backend", "inductor")
+        if isinstance(model, torch.nn.Module) and backend in MLX_COMPILE_BACKENDS and not kwargs.get("disable"):
+            from .compile import compile_module
+
+            return compile_module(model, **kwargs)
+        from .compile import hide_dispatch_from_dynamo, register_dynamo_backend
+
+        hide_dispatch_from_dynamo()  # dynamo may meet MLX tensors: it must not trace torchdevice's dispatch
+        if backend == "mlx":
+            register_dynamo_backend()
+        return inner(model, **kwargs)
+    return compile
+
+
 def install(patcher, target) -> None:
     """Wrap factories and moves so source devices give MLXTensor (see the module docstring)."""
     global _sources
@@ -171,6 +197,7 @@ def install(patcher, target) -> None:
         fn = patcher.get(torch, name)
         if fn is not None:
             patcher.set(torch, name, _factory(fn))
+    patcher.set(torch, "compile", _compile(patcher.get(torch, "compile")))
     patcher.set(torch.Tensor, "to", _tensor_to(patcher.get(torch.Tensor, "to")))
     patcher.set(torch.nn.Module, "to", _module_to(patcher.get(torch.nn.Module, "to")))
     for source in target.sources:
