@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -28,18 +30,46 @@ SCRATCH = ROOT / ".mutation"
 #: module -> the in-process test files that reach it (subprocess-only tests are deselected below)
 MODULES: dict[str, list[str]] = {
     "devices": ["tests/test_devices.py", "tests/test_device_arguments.py", "tests/test_translation_edges.py",
-                "tests/test_default_generators.py", "tests/test_unpatch.py"],
-    "router": ["tests/test_router.py", "tests/test_router_reports.py", "tests/test_api_extras.py"],
-    "cpu": ["tests/test_api_cpu.py", "tests/test_honesty_oracle.py", "tests/test_default_generators.py"],
+                "tests/test_default_generators.py", "tests/test_unpatch.py", "tests/test_source_family.py",
+                "tests/test_devices_mutants.py"],
+    "router": ["tests/test_router.py", "tests/test_router_reports.py", "tests/test_api_extras.py",
+               "tests/test_router_mutants.py"],
+    "cpu": ["tests/test_api_cpu.py", "tests/test_memory.py", "tests/test_honesty_oracle.py",
+            "tests/test_default_generators.py", "tests/test_source_family.py", "tests/test_cpu_mutants.py"],
     "streams": ["tests/test_host_streams.py", "tests/test_api_cpu.py", "tests/test_namespaces.py",
-                "tests/test_honesty_oracle.py"],
-    "_patching": ["tests/test_unpatch.py", "tests/test_devices.py", "tests/test_namespaces.py"],
+                "tests/test_honesty_oracle.py", "tests/test_source_family.py"],
+    "_patching": ["tests/test_unpatch.py", "tests/test_devices.py", "tests/test_namespaces.py",
+                  "tests/test_source_family.py"],
 }
-#: tests in those files that only run subprocesses (the unmutated tree): they cannot kill a mutant
-SUBPROCESS_ONLY = ["entry_point_plugin_outranks_cpu_in_info_json", "info_shows_each_backends_description",
-                   "first_unpatch_restores_what_was_there_before_any_patch"]
+#: tests in those files that only run subprocesses (the unmutated tree): they cannot kill a mutant, and
+#: mutmut's stats pass would still pay for them
+SUBPROCESS_ONLY = [
+    # tests/test_router.py (the `runs` fixture: installed entry-point plugins, the CLI)
+    "entry_point_plugin_outranks_cpu_in_info_json", "entry_point_plugin_in_info_table_of_console_script",
+    "entry_point_plugin_is_selected_by_the_api", "env_backend_beats_entry_point_priority",
+    "priority_env_demotes_entry_point_plugin", "entry_point_backend_not_automatic_is_taken_only_by_use",
+    "use_unavailable_entry_point_backend_raises_with_reason", "env_asking_for_unavailable_entry_point_backend_fails",
+    "broken_plugins_are_reported_and_isolated_in_info_json", "broken_plugins_in_info_table",
+    "broken_plugins_in_backends_and_problems", "disable_plugins_blocks_the_named_entry_points",
+    "plugins_env_loads_only_the_named_entry_points",
+    # tests/test_source_family.py (`torchdevice run` and zero-code activation in children)
+    "run_default_source_is_cuda_in_the_program_and_its_children", "run_source_from_flag_or_env_reaches_the_children",
+    "run_infers_the_source_family_from_the_script", "run_bad_source", "zero_code_activation_reads_the_source_family",
+    "mp_spawn_over_device_count_on_two_logical_devices", "run_bad_device_count",
+    # tests/test_api_extras.py, tests/test_unpatch.py
+    "info_shows_each_backends_description", "first_unpatch_restores_what_was_there_before_any_patch",
+]
+TIMEOUT_MULTIPLIER, TIMEOUT_CONSTANT = 4.0, 30.0
+#: imported once by mutmut's fork server (importing starts no threads; running ops does)
+PRELOAD = ["numpy", "torch", "torch.nn", "torch.utils.data", "pluggy", "pytest"]
+PRELOAD_FILE = "mutmut-preload.txt"
 COPY = ["torchdevice", "plugins", "tests", "_torchdevice_autoload.py", "examples", "docs", "README.md",
         "pyproject.toml"]
+
+
+def _tests(module: str) -> list[str]:
+    """The module's test files that exist in this checkout."""
+    return [path for path in MODULES[module] if (ROOT / path).exists()]
 
 
 def _config(module: str) -> str:
@@ -48,8 +78,19 @@ def _config(module: str) -> str:
         "[tool.mutmut]",
         f"source_paths = {json.dumps([f'torchdevice/{module}.py'])}",
         f"also_copy = {json.dumps(COPY)}",
-        f"pytest_add_cli_args_test_selection = {json.dumps(MODULES[module])}",
+        f"pytest_add_cli_args_test_selection = {json.dumps(_tests(module))}",
         f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-x', '-q', '-k', deselect])}",
+        # mutmut's time limit is (call-phase seconds of the mutant's tests + constant) * multiplier; the
+        # fixtures (a backend resolution per test) are not in its estimate, and a function reached by
+        # 200 tests would be cut off while passing, and counted as detected
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}",
+        # forked from a process that has run tests, a mutant's run would inherit OpenMP's and MLX's
+        # worker threads as dead state and hang on its first parallel op (a false "timeout"): fork each
+        # mutant from a server that has only imported what is safe to fork (PRELOAD)
+        'process_isolation = "forkserver"',
+        'forkserver_warmup = "import"',
+        f"preload_modules_file = {json.dumps(PRELOAD_FILE)}",
+        f"timeout_constant = {TIMEOUT_CONSTANT}",
         "",
     ])
 
@@ -68,7 +109,15 @@ def _prepare(module: str) -> Path:
     pyproject = (work / "pyproject.toml").read_text(encoding="utf-8")
     pyproject = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\n\[).)*", "\n", pyproject, flags=re.S)
     (work / "pyproject.toml").write_text(pyproject.rstrip("\n") + "\n\n" + _config(module), encoding="utf-8")
+    (work / PRELOAD_FILE).write_text("\n".join(PRELOAD) + "\n", encoding="utf-8")
     return work
+
+
+def _mutmut_env() -> dict[str, str]:
+    """mutmut forks a child per mutant from a process that has already run torch: a child entering an
+    OpenMP parallel region the parent started hangs until mutmut's timeout, and would be counted as a
+    "timeout" (detected) whatever the mutant does. One intra-op thread keeps torch out of OpenMP."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _results(work: Path) -> dict[str, str]:
@@ -95,13 +144,14 @@ def _score(counts: Counter) -> str:
 
 def run(module: str, max_children: int, survivors: bool) -> Counter:
     work = _prepare(module)
-    print(f"== mutmut over torchdevice/{module}.py ({', '.join(MODULES[module])})", flush=True)
+    print(f"== mutmut over torchdevice/{module}.py ({', '.join(_tests(module))})", flush=True)
+    started = time.monotonic()
     subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)], cwd=work,
-                   check=False)
+                   check=False, env=_mutmut_env())
     results = _results(work)
     counts = Counter(results.values())
     print(f"== {module}: {len(results)} mutants, " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
-          + f"; score {_score(counts)}", flush=True)
+          + f"; score {_score(counts)}; {time.monotonic() - started:.0f} s", flush=True)
     if survivors:
         for name, status in sorted(results.items()):
             if status == "survived":

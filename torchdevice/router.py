@@ -92,6 +92,9 @@ class ActiveBackend:
 _lock = threading.RLock()
 _records: dict[str, BackendRecord] | None = None
 _active: ActiveBackend | None = None
+#: backends that failed to resolve since the last invalidate(), with the reason: every record
+#: built until then (discovery may be rebuilt, uncached, after a named selection) reports them
+_unresolvable: dict[str, str] = {}
 _requested: str | None = None
 _listeners: list[Callable[[], None]] = []
 _shadowed: dict[str, set[str]] = {}  # backend name -> plugins whose duplicate declaration was skipped
@@ -108,6 +111,7 @@ def invalidate() -> None:
     with _lock:
         _records = None
         _active = None
+        _unresolvable.clear()
     for listener in list(_listeners):
         listener()
 
@@ -194,6 +198,14 @@ def _named_records(name: str) -> dict[str, BackendRecord]:
         return records if record is not None and record.device_type is not None else discover()
 
 
+def _mark_unresolvable(records: dict[str, BackendRecord]) -> None:
+    for name, reason in _unresolvable.items():
+        record = records.get(name)
+        if record is not None and record.available:
+            record.available, record.reason = False, reason
+            record.problems.append(reason)
+
+
 def _discover_loaded() -> dict[str, BackendRecord]:
     """Ask the plugins loaded so far for their backends and availability."""
     with _lock:
@@ -264,6 +276,7 @@ def _discover_loaded() -> dict[str, BackendRecord]:
                 reason=f"plugin {failed[failure.stage]}: {failure.error}",
                 problems=[str(failure)],
             )
+        _mark_unresolvable(records)
         return records
 
 
@@ -367,10 +380,8 @@ def _activate() -> ActiveBackend:
             try:
                 backend = _resolve(name)
             except BackendUnavailableError as exc:
-                record = _named_records(name).get(name)
-                if record is not None:
-                    record.available, record.reason = False, exc.reason
-                    record.problems.append(exc.reason)
+                _unresolvable[name] = exc.reason
+                _mark_unresolvable(_named_records(name))
                 if source != "priority":
                     raise BackendUnavailableError(name, exc.reason, _usable(_named_records(name)), source) from None
                 failures.append(str(exc))
