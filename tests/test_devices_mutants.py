@@ -153,8 +153,8 @@ def test_a_bool_is_no_device_for_cuda_moves(on_cpu):
     with torchdevice.patched():
         t = torch.ones(2)
         for flag in (True, False):
-            assert _error(lambda: t.cuda(flag)) is TypeError
-            assert _error(lambda: nn.Linear(1, 1).cuda(flag)) is TypeError
+            assert _error(lambda flag=flag: t.cuda(flag)) is TypeError
+            assert _error(lambda flag=flag: nn.Linear(1, 1).cuda(flag)) is TypeError
         assert t.cuda(0).dtype == t.dtype  # an int is a device
 
 
