@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 from .results import ScanError, Use
 from .syntax import (
@@ -103,7 +103,7 @@ class _Analyzer:
             self._alias_words.add(name)
 
     def _collect_bindings(self, tree: ast.Module) -> None:
-        raw: list[tuple[int, int, ast.AST]] = []
+        raw: list[tuple[int, int, Any]] = []  # nodes dispatched on their exact type below
         simple: list[tuple[str, str]] = []
         # (statements, in a function, in a class body)
         stack: list[tuple[list, bool, bool]] = [(tree.body, False, False)]
@@ -240,12 +240,12 @@ class _Analyzer:
             return None
         return ".".join([base, *attrs])
 
-    def report(self, node: ast.AST, api: str, kind: str, context: str = "", detail: str = "") -> None:
+    def report(self, node: Any, api: str, kind: str, context: str = "", detail: str = "") -> None:
         self.found.append((node.lineno, node.col_offset, api, kind, context, detail))
 
     # -- traversal -------------------------------------------------------------------
     def visit(self, node: ast.AST) -> None:
-        method = self._dispatch.get(type(node))
+        method: Any = self._dispatch.get(type(node))
         if method is None:
             self.generic_visit(node)
         else:
@@ -278,7 +278,7 @@ class _Analyzer:
     def visit_module(self, tree: ast.Module) -> None:
         self.visit_stmts(tree.body)
 
-    def _scoped(self, node: ast.AST) -> None:
+    def _scoped(self, node: Any) -> None:  # a FunctionDef, AsyncFunctionDef or Lambda
         # decorators, defaults and annotations belong to the enclosing scope
         if not isinstance(node, ast.Lambda):
             for d in node.decorator_list:
@@ -446,7 +446,7 @@ class _Analyzer:
             m = _DEVICE_PREFIX_RE.fullmatch(head)
             if m and (len(values) == 1 or isinstance(values[1], ast.FormattedValue)):
                 text = "".join(
-                    v.value if isinstance(v, ast.Constant) else "{}" for v in values
+                    str(v.value) if isinstance(v, ast.Constant) else "{}" for v in values
                 )
                 self.report(node, f"device:{m.group(1)}", "device", self._string_context(), text)
         for v in values:

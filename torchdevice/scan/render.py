@@ -55,11 +55,11 @@ def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25, n
     for u in report.uses if uses else ():
         by_file.setdefault(u.path, []).append(u)
     status_w = max((len(u.status) for u in report.uses), default=7)
-    for path, uses in by_file.items():
+    for path, found in by_file.items():
         out.append(paint(path, "1"))
-        api_w = min(48, max(len(u.api) for u in uses))
-        loc_w = max(len(f"{path}:{u.line}:{u.col}") for u in uses)
-        for u in uses:
+        api_w = min(48, max(len(u.api) for u in found))
+        loc_w = max(len(f"{path}:{u.line}:{u.col}") for u in found)
+        for u in found:
             where = f"{path}:{u.line}:{u.col}"
             extra = []
             if u.context and u.context not in ("call", "attribute", "reference"):

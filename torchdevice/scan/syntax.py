@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..vocabulary import SOURCE_FAMILIES
 
@@ -148,7 +148,7 @@ def _chain_text(node: ast.AST) -> str | None:
     return None if parts is None else ".".join([parts[0].id, *parts[1]])
 
 
-def _local_names(fn: ast.AST) -> dict[str, list[tuple[int, ast.AST | None]]]:
+def _local_names(fn: Any) -> dict[str, list[tuple[int, ast.AST | None]]]:
     """What a function binds itself: ``name -> [(line, assigned chain node or None)]``.
 
     Parameters and names assigned by its statements (not by nested scopes').
