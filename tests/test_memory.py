@@ -187,10 +187,23 @@ def test_host_queries_answer_on_cpu(on_cpu):
         assert torch.cuda.clock_rate() == pytest.approx(host_os.cpu_mhz(), rel=0.5)
 
 
-@pytest.mark.parametrize("name", ["temperature", "power_draw", "memory_usage"])
-def test_unmeasurable_sensors_stay_refused(name, host):
+def test_memory_bus_busy_time_stays_refused(host):
     with pytest.raises(torchdevice.UnsupportedError):
-        getattr(torch.cuda, name)()
+        torch.cuda.memory_usage()  # no host exposes it (tests/test_host_sensors.py has the sensors the cpu reads)
+
+
+@pytest.mark.parametrize("name", ["temperature", "power_draw"])
+def test_host_sensors_are_read_on_cpu_and_refused_on_mlx(name, host):
+    if host == "mlx":  # MLX's device may be a GPU, which no host sensor describes
+        with pytest.raises(torchdevice.UnsupportedError):
+            getattr(torch.cuda, name)()
+        return
+    try:
+        value = getattr(torch.cuda, name)()
+    except torchdevice.SensorUnavailableError as exc:  # this host has no such reading (a VM, a container)
+        assert exc.function == f"torch.cuda.{name}" and exc.tried and exc.instead
+    else:
+        assert type(value) is int and value > 0
 
 
 def test_mlx_reserved_peak(host):

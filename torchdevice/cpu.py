@@ -42,13 +42,21 @@ What the memory figures mean on CPU (``docs/memory.md`` has the full account):
 
 Queries a program asks about the device get the host's answer (see the
 ``docs/memory.md`` table): ``utilization`` is the percent of the machine's
-CPU capacity this process used since the previous call, ``clock_rate`` the
-current CPU clock in MHz (Linux), ``list_gpu_processes`` this process in
-CUDA's format, ``get_allocator_backend`` ``"native"``, ``host_memory_stats``
-zeros (there is no pinned host-memory allocator, so no pinned blocks).
-``temperature``, ``power_draw`` and ``memory_usage`` (memory-bus busy time)
-stay refused: a host exposes no portable, unprivileged reading of them (CUDA
-itself raises when NVML is absent), and a made-up figure would be worse.
+CPU capacity this process used since the previous call, ``list_gpu_processes``
+this process in CUDA's format, ``get_allocator_backend`` ``"native"``,
+``host_memory_stats`` zeros (there is no pinned host-memory allocator, so no
+pinned blocks). The sensor queries read the host where it exposes them
+(:mod:`torchdevice.host`): ``clock_rate`` the current clock of CPU 0 in MHz
+(cpufreq, else ``/proc/cpuinfo``), ``temperature`` the hottest CPU-package
+temperature in degrees C (hwmon coretemp/k10temp/zenpower/cpu_thermal, else
+the CPU's thermal zones), ``power_draw`` the packages' average power in mW
+since the previous call (powercap RAPL energy counters, root-only since Linux
+5.10). Where the host has no such reading (most VMs and containers, macOS, a
+root-only file) they raise :class:`~torchdevice.errors.SensorUnavailableError`
+saying what was tried -- as CUDA raises without NVML -- never a made-up
+figure. ``memory_usage`` (the percent of time the memory bus was busy) stays
+refused (UnsupportedError): no host exposes that figure; its memory
+controller's counters need perf privileges and count bandwidth.
 
 The CPU is one device; ``TORCHDEVICE_DEVICE_COUNT=N`` (``torchdevice run
 --devices N``) exposes it as N logical devices, all the same host CPU, and so
@@ -60,9 +68,7 @@ process's own whichever index is asked.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
-import sys
 import threading
 import time
 
@@ -82,7 +88,9 @@ from .backend import (
     unsupported,
 )
 from .collectives import DeviceComm
-from .errors import UnsupportedError
+from .errors import SensorUnavailableError, UnsupportedError
+from .host import MallInfo2 as _MallInfo2  # the C allocator's readers, under the names the source chain,
+from .host import MallocZones as _MallocZones  # tests and benchmarks/bench_cpu_memory.py use
 from .streams import HostStreamOps, host_device_count
 
 # -- the bytes of live CPU allocations -----------------------------------------------------
@@ -168,60 +176,6 @@ class _C10Counter:
         return good[0] if len(good) == 1 else None
 
 
-class _MallInfo2:
-    """glibc ``mallinfo2()``: ``uordblks`` (bytes in use in the arenas) + ``hblkhd`` (bytes in mmapped chunks)."""
-
-    class _Struct(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-            "keepcost")]
-
-    def __init__(self, fn):
-        self._fn = fn
-
-    def read(self) -> int:
-        info = self._fn()
-        return int(info.uordblks + info.hblkhd)
-
-    @classmethod
-    def open(cls) -> "_MallInfo2 | None":
-        try:
-            fn = ctypes.CDLL(None).mallinfo2
-        except (OSError, AttributeError):
-            return None
-        fn.restype = cls._Struct
-        fn.argtypes = []
-        return cls(fn)
-
-
-class _MallocZones:
-    """macOS ``malloc_zone_statistics(NULL, &stats)``: ``size_in_use`` summed over every malloc zone."""
-
-    class _Struct(ctypes.Structure):
-        _fields_ = [("blocks_in_use", ctypes.c_uint), ("size_in_use", ctypes.c_size_t),
-                    ("max_size_in_use", ctypes.c_size_t), ("size_allocated", ctypes.c_size_t)]
-
-    def __init__(self, fn):
-        self._fn = fn
-
-    def read(self) -> int:
-        stats = self._Struct()
-        self._fn(None, ctypes.byref(stats))
-        return int(stats.size_in_use)
-
-    @classmethod
-    def open(cls) -> "_MallocZones | None":
-        if sys.platform != "darwin":
-            return None
-        try:
-            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").malloc_zone_statistics
-        except (OSError, AttributeError):
-            return None
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        return cls(fn)
-
-
 class _ResidentSet:
     """The resident set size (``VmRSS``): the last resort, for a Linux without mallinfo2."""
 
@@ -279,6 +233,7 @@ class CPUMemory(MemoryOps):
         self._peak = 0
         self._cpu_mark: tuple[float, float] | None = None
         self._rss_peak: int | None = None  # without /proc, after a reset: the highest resident set read since
+        self._power = host.PackagePower()
 
     def _status(self, op: str) -> dict[str, int]:
         return host.read_kib_fields(host.PROC_STATUS, self.backend, op)
@@ -434,13 +389,46 @@ class CPUMemory(MemoryOps):
         percent = 100.0 * (used - mark[1]) / (wall * (os.cpu_count() or 1))
         return int(round(min(max(percent, 0.0), 100.0)))
 
-    @translated("the current clock of CPU 0 in MHz (Linux cpufreq scaling_cur_freq, else /proc/cpuinfo)")
+    @translated("the current clock of CPU 0 in MHz (Linux cpufreq scaling_cur_freq, else /proc/cpuinfo) where "
+                "the host exposes it; elsewhere SensorUnavailableError")
     def clock_rate(self, index: int) -> int:
         mhz = host.cpu_mhz()
         if mhz is None:
-            raise UnsupportedError("clock_rate", self.backend, "this host exposes no CPU clock reading "
-                                   "(/sys/devices/system/cpu/cpu0/cpufreq or /proc/cpuinfo)")
+            raise SensorUnavailableError(
+                "clock_rate", self.backend, f"no CPU clock reading ({host.CPU0}/cpufreq/scaling_cur_freq and "
+                f"the 'cpu MHz' line of {host.CPUINFO} are missing or unreadable)",
+                "get_device_properties().clock_rate (the maximum clock in kHz, 0 where unknown) or the machine's "
+                "own tools")
         return mhz
+
+    @translated("the hottest CPU-package temperature in °C: Linux hwmon (coretemp, k10temp, zenpower, cpu_thermal), "
+                "else the CPU's thermal zones (x86_pkg_temp, cpu*, soc*), where the host exposes them; elsewhere "
+                "SensorUnavailableError")
+    def temperature(self, index: int) -> int:
+        try:
+            return host.cpu_temperature()
+        except host.Unreadable as exc:
+            raise SensorUnavailableError(
+                "temperature", self.backend, str(exc),
+                "the machine's own monitoring (lm-sensors' `sensors`; in a VM or container, the host's)") from exc
+
+    @emulated("the CPU packages' average power in mW since the previous call (the first: over 0.1 s) from Linux "
+              "powercap RAPL energy counters (energy_uj, root-only since Linux 5.10) where the host exposes them; "
+              "elsewhere SensorUnavailableError")
+    def power_draw(self, index: int) -> int:
+        try:
+            return self._power.milliwatts()
+        except host.Unreadable as exc:
+            raise SensorUnavailableError(
+                "power_draw", self.backend, str(exc),
+                "run as root or let this user read /sys/class/powercap/intel-rapl:*/energy_uj (a udev rule), or "
+                "the machine's own tools (turbostat, powerstat; macOS: sudo powermetrics)") from exc
+
+    memory_usage = unsupported(
+        "memory_usage",
+        "a host exposes no memory-bus busy time: NVML reads it from a GPU's memory controller, a CPU's memory "
+        "controller counters (uncore IMC) need perf privileges and count bandwidth, not busy time; measure "
+        "bandwidth with `perf stat` (uncore_imc events) or the machine's own tools")
 
     @emulated("CUDA's format listing this process only, with its resident set size: other processes' use of "
               "the host is not the backend's to report")

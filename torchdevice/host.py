@@ -2,11 +2,13 @@
 
 The CPU backend (:mod:`torchdevice.cpu`) answers CUDA's questions about "the
 device" with the host's own figures; this module reads them, and nothing
-else: Linux ``/proc`` and ``/sys``, and on macOS the Mach kernel
+else: Linux ``/proc`` and ``/sys`` (hwmon, thermal zones, powercap RAPL), the
+C allocator (``mallinfo2``, macOS malloc zones), and on macOS the Mach kernel
 (``task_info``, ``host_statistics64``) and ``sysctl`` through ``ctypes``.
-Each reader returns its figure, or ``None``/``0`` where the OS does not say
-(documented per function), so that the backend decides what a missing figure
-means; none makes a number up.
+Each reader returns its figure, or says that the host does not give it --
+``None``/``0`` or :class:`Unreadable` (saying what was tried), as documented
+per function -- so that the backend decides what a missing figure means;
+none makes a number up.
 
 The paths are module constants so that tests can point them at a fake tree.
 """
@@ -17,6 +19,8 @@ import ctypes.util
 import os
 import platform
 import sys
+import threading
+import time
 
 from .errors import UnsupportedError
 
@@ -50,6 +54,63 @@ def read_kib_fields(path: str, backend: str, op: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1] == "kB":
             fields[key] = int(parts[0]) * 1024
     return fields
+
+
+# -- the C allocator's bytes in use (a fallback of the cpu backend's memory_allocated) -----------
+
+
+class MallInfo2:
+    """glibc ``mallinfo2()``: ``uordblks`` (bytes in use in the arenas) + ``hblkhd`` (bytes in mmapped chunks)."""
+
+    class _Struct(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+            "keepcost")]
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def read(self) -> int:
+        info = self._fn()
+        return int(info.uordblks + info.hblkhd)
+
+    @classmethod
+    def open(cls) -> "MallInfo2 | None":
+        try:
+            fn = ctypes.CDLL(None).mallinfo2
+        except (OSError, AttributeError):
+            return None
+        fn.restype = cls._Struct
+        fn.argtypes = []
+        return cls(fn)
+
+
+class MallocZones:
+    """macOS ``malloc_zone_statistics(NULL, &stats)``: ``size_in_use`` summed over every malloc zone."""
+
+    class _Struct(ctypes.Structure):
+        _fields_ = [("blocks_in_use", ctypes.c_uint), ("size_in_use", ctypes.c_size_t),
+                    ("max_size_in_use", ctypes.c_size_t), ("size_allocated", ctypes.c_size_t)]
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def read(self) -> int:
+        stats = self._Struct()
+        self._fn(None, ctypes.byref(stats))
+        return int(stats.size_in_use)
+
+    @classmethod
+    def open(cls) -> "MallocZones | None":
+        if sys.platform != "darwin":
+            return None
+        try:
+            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").malloc_zone_statistics
+        except (OSError, AttributeError):
+            return None
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        return cls(fn)
 
 
 # -- macOS: the process's resident set and the host's free memory without /proc ---------------
@@ -206,3 +267,225 @@ def max_clock_khz() -> int:
         return mhz * 1000
     hz = sysctl_int("hw.cpufrequency_max")
     return hz // 1000 if hz else 0
+
+
+# -- sensors: CPU temperature and package power (Linux sysfs), where the host exposes them ----
+
+
+HWMON = "/sys/class/hwmon"
+THERMAL = "/sys/class/thermal"
+POWERCAP = "/sys/class/powercap"
+
+
+class Unreadable(Exception):
+    """A figure this host does not expose (no such file, root-only, garbage); the message says what was tried
+    and what was found there."""
+
+
+#: hwmon drivers whose temperatures are the CPU package's: coretemp (Intel), k10temp and zenpower (AMD),
+#: cpu_thermal (ARM SoCs such as the Raspberry Pi's)
+CPU_HWMON_NAMES = ("coretemp", "k10temp", "zenpower", "cpu_thermal")
+#: thermal-zone types (prefixes, ``-`` read as ``_``) that measure the CPU package: x86_pkg_temp (Intel),
+#: cpu* (cpu_thermal, cpu-0-0-usr ...), soc* (soc_thermal, soc_dts0 ...)
+CPU_ZONE_TYPES = ("x86_pkg_temp", "cpu", "soc")
+#: readings outside this range (millidegrees Celsius) are a sensor's error code, not a temperature
+_PLAUSIBLE_MILLI_C = (-50_000, 150_000)
+
+
+def _listdir(path: str) -> list[str] | None:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return None
+
+
+def _millidegrees(path: str, problems: list[str]) -> int | None:
+    """One sysfs temperature in m°C, or None (and why, in ``problems``)."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except PermissionError:
+        problems.append(f"{path}: permission denied")
+        return None
+    except OSError as exc:  # a sensor that is present but not reporting answers EIO/ENODATA
+        problems.append(f"{path}: {exc.strerror or exc}")
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        problems.append(f"{path}: not a number ({text[:20]!r})")
+        return None
+    low, high = _PLAUSIBLE_MILLI_C
+    if not low <= value <= high:
+        problems.append(f"{path}: {value} m°C is no temperature")
+        return None
+    return value
+
+
+def _hwmon_cpu_readings(problems: list[str]) -> list[int]:
+    entries = _listdir(HWMON)
+    if entries is None:
+        problems.append(f"{HWMON}: missing")
+        return []
+    readings: list[int] = []
+    names = []
+    for entry in entries:
+        # the attributes sit in hwmonN/, or in hwmonN/device/ for old drivers
+        base = next((b for b in (f"{HWMON}/{entry}", f"{HWMON}/{entry}/device") if read(f"{b}/name")), None)
+        if base is None:
+            continue
+        name = read(f"{base}/name") or ""
+        names.append(name)
+        if name not in CPU_HWMON_NAMES:
+            continue
+        inputs = [f for f in (_listdir(base) or []) if f.startswith("temp") and f.endswith("_input")]
+        labels = {f: read(f"{base}/{f[:-len('_input')]}_label") or "" for f in inputs}
+        if "Tdie" in labels.values():  # k10temp: Tctl is Tdie plus a fan-control offset on some parts
+            inputs = [f for f in inputs if labels[f] != "Tctl"]
+        found = [v for v in (_millidegrees(f"{base}/{f}", problems) for f in inputs) if v is not None]
+        if not inputs:
+            problems.append(f"{base}: {name} has no temp*_input")
+        readings += found
+    if not readings and not any(n in CPU_HWMON_NAMES for n in names):
+        problems.append(f"{HWMON}: no CPU sensor ({'/'.join(CPU_HWMON_NAMES)}) among "
+                        f"{', '.join(names) if names else 'no devices'}")
+    return readings
+
+
+def _zone_is_cpu(kind: str) -> bool:
+    kind = kind.lower().replace("-", "_")
+    return kind.startswith(CPU_ZONE_TYPES)
+
+
+def _thermal_cpu_readings(problems: list[str]) -> list[int]:
+    entries = _listdir(THERMAL)
+    if entries is None:
+        problems.append(f"{THERMAL}: missing")
+        return []
+    zones = [e for e in entries if e.startswith("thermal_zone")]
+    kinds = {z: read(f"{THERMAL}/{z}/type") or "" for z in zones}
+    cpu_zones = [z for z in zones if _zone_is_cpu(kinds[z])]
+    if not cpu_zones:
+        found = ", ".join(sorted(set(kinds.values()) - {""})) or "none"
+        problems.append(f"{THERMAL}: no thermal zone of type {'*, '.join(CPU_ZONE_TYPES)}* (zones: {found})")
+        return []
+    return [v for v in (_millidegrees(f"{THERMAL}/{z}/temp", problems) for z in cpu_zones) if v is not None]
+
+
+def cpu_temperature() -> int:
+    """The hottest CPU-package temperature in whole degrees Celsius (rounded to the nearest).
+
+    Read from Linux hwmon (the drivers of :data:`CPU_HWMON_NAMES`, every ``temp*_input``: package and
+    cores; k10temp's ``Tctl`` left out where ``Tdie`` is given), else from the thermal zones whose type is a
+    CPU's (:data:`CPU_ZONE_TYPES`). Raises :class:`Unreadable` saying what was tried where neither gives a
+    reading (a VM, a container without /sys, macOS).
+    """
+    problems: list[str] = []
+    readings = _hwmon_cpu_readings(problems) or _thermal_cpu_readings(problems)
+    if not readings:
+        if sys.platform == "darwin":
+            problems.append("macOS exposes CPU temperatures to no unprivileged reader")
+        raise Unreadable("no CPU temperature reading: " + "; ".join(problems))
+    return round(max(readings) / 1000)
+
+
+class PackagePower:
+    """Average power of the CPU packages from the RAPL energy counters of Linux powercap.
+
+    The counters are ``POWERCAP/intel-rapl:N/energy_uj`` (the AMD driver uses the same names), one per
+    package domain (``name`` ``package-N``; the core/uncore/dram subdomains and ``psys`` are left out, so
+    nothing is counted twice), in microjoules, wrapping at ``max_energy_range_uj``. :meth:`milliwatts`
+    averages the packages' summed power since its previous call; the first call, a call less than
+    :attr:`MIN_INTERVAL_S` after the previous one (the counters move about once a millisecond), and one after
+    an interval in which a counter could have wrapped more than once (longer than its range at
+    :attr:`MAX_WATTS`) measure over :attr:`SAMPLE_S` instead. Since Linux 5.10 ``energy_uj`` is readable by
+    root only (CVE-2020-8694): a permission error is reported as unreadable, as is any package domain that
+    cannot be read (a partial sum would be a wrong number).
+    """
+
+    SAMPLE_S = 0.1  #: how long a call without a usable previous reading measures
+    MIN_INTERVAL_S = 0.01  #: the shortest interval averaged over
+    MAX_WATTS = 1000.0  #: no package draws more: bounds how long a counter surely wraps at most once
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._mark: tuple[float, dict[str, int]] | None = None
+
+    @staticmethod
+    def read_packages() -> tuple[dict[str, int], dict[str, int | None]]:
+        """``({domain: energy_uj}, {domain: max_energy_range_uj or None})`` of every package domain; raises
+        :class:`Unreadable` (what was tried and found) where there is none or one cannot be read."""
+        entries = _listdir(POWERCAP)
+        if entries is None:
+            why = f"{POWERCAP}: missing (no powercap RAPL driver exposed, as in most VMs and containers and off Linux)"
+            if sys.platform == "darwin":
+                why += "; macOS exposes CPU power to root only (powermetrics)"
+            raise Unreadable(why)
+        energy: dict[str, int] = {}
+        ranges: dict[str, int | None] = {}
+        seen = []
+        for entry in entries:
+            head, _, number = entry.partition(":")
+            if head != "intel-rapl" or not number.isdigit():  # intel-rapl:N:M are subdomains; -mmio repeats N
+                continue
+            name = read(f"{POWERCAP}/{entry}/name") or ""
+            seen.append(f"{entry} ({name or 'no name'})")
+            if not name.startswith("package"):
+                continue
+            path = f"{POWERCAP}/{entry}/energy_uj"
+            try:
+                with open(path) as f:
+                    text = f.read().strip()
+            except PermissionError as exc:
+                raise Unreadable(f"{path}: permission denied (root-only since Linux 5.10)") from exc
+            except OSError as exc:
+                raise Unreadable(f"{path}: {exc.strerror or exc}") from exc
+            if not text.isdigit():
+                raise Unreadable(f"{path}: not a count of microjoules ({text[:20]!r})")
+            energy[entry] = int(text)
+            top = read(f"{POWERCAP}/{entry}/max_energy_range_uj")
+            ranges[entry] = int(top) if top and top.isdigit() and int(top) > 0 else None
+        if not energy:
+            raise Unreadable(f"{POWERCAP}: no RAPL package domain (intel-rapl:N named package-N; found: "
+                             f"{', '.join(seen) or 'none'})")
+        return energy, ranges
+
+    def milliwatts(self) -> int:
+        """Average power of all packages in whole milliwatts (see the class docstring); raises
+        :class:`Unreadable`."""
+        with self._lock:
+            mark = self._mark
+            energy, ranges = self.read_packages()
+            now = time.monotonic()
+            if mark is not None:
+                elapsed = now - mark[0]
+                shortest_wrap = min((r for r in ranges.values() if r), default=None)
+                if set(mark[1]) != set(energy) or (
+                        shortest_wrap is not None and elapsed > shortest_wrap / 1e6 / self.MAX_WATTS):
+                    mark = None  # other domains, or a counter may have wrapped more than once: measure afresh
+                elif elapsed < self.MIN_INTERVAL_S:
+                    time.sleep(self.MIN_INTERVAL_S - elapsed)
+                    energy, ranges = self.read_packages()
+                    now = time.monotonic()
+            if mark is None:
+                mark = (now, energy)
+                time.sleep(self.SAMPLE_S)
+                energy, ranges = self.read_packages()
+                now = time.monotonic()
+            self._mark = (now, energy)
+        if set(energy) != set(mark[1]):
+            raise Unreadable(f"{POWERCAP}: the package domains changed while measuring")
+        total = 0
+        for domain, value in energy.items():
+            delta = value - mark[1][domain]
+            if delta < 0:  # the counter wrapped
+                top = ranges.get(domain)
+                if top is None:
+                    raise Unreadable(f"{POWERCAP}/{domain}/energy_uj wrapped and its max_energy_range_uj "
+                                     "cannot be read")
+                delta += top
+            total += delta
+        elapsed = now - mark[0]
+        if elapsed <= 0:
+            raise Unreadable("no time passed between two readings of the energy counters")
+        return round(total / elapsed / 1000)  # µJ/s is µW
