@@ -413,7 +413,7 @@ def test_device_properties_describe_the_host(on_cpu):
 
 
 def test_total_memory_falls_back_to_meminfo(monkeypatch):
-    from torchdevice import cpu
+    from torchdevice import host
 
     if not os.path.exists("/proc/meminfo"):
         pytest.skip("no /proc/meminfo here")
@@ -421,8 +421,8 @@ def test_total_memory_falls_back_to_meminfo(monkeypatch):
     def no_sysconf(name):
         raise ValueError(f"unknown sysconf name {name}")
 
-    monkeypatch.setattr(cpu.os, "sysconf", no_sysconf)
-    assert cpu._total_memory() == _meminfo_total()
+    monkeypatch.setattr(host.os, "sysconf", no_sysconf)
+    assert host.total_memory() == _meminfo_total()
 
 
 @pytest.mark.parametrize(("cpuinfo", "expected"), [
@@ -432,23 +432,23 @@ def test_total_memory_falls_back_to_meminfo(monkeypatch):
 def test_cpu_name_is_the_model_name_line(monkeypatch, cpuinfo, expected):
     import io
 
-    from torchdevice import cpu
+    from torchdevice import host
 
-    monkeypatch.setattr(cpu, "open", lambda path, *a, **k: io.StringIO(cpuinfo), raising=False)
-    monkeypatch.setattr(cpu.platform, "processor", lambda: "")
-    monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
-    assert cpu._cpu_name() == (expected or "x86_64")
+    monkeypatch.setattr(host, "open", lambda path, *a, **k: io.StringIO(cpuinfo), raising=False)
+    monkeypatch.setattr(host.platform, "processor", lambda: "")
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    assert host.cpu_name() == (expected or "x86_64")
 
 
 def test_cpu_name_without_proc_is_what_platform_says(monkeypatch):
-    from torchdevice import cpu
+    from torchdevice import host
 
     def no_proc(path, *args, **kwargs):
         raise OSError("no /proc here")
 
-    monkeypatch.setattr(cpu, "open", no_proc, raising=False)
-    monkeypatch.setattr(cpu.platform, "machine", lambda: "arm64")
-    monkeypatch.setattr(cpu.platform, "processor", lambda: "")
-    assert cpu._cpu_name() == "arm64"
-    monkeypatch.setattr(cpu.platform, "processor", lambda: "arm")
-    assert cpu._cpu_name() == "arm"
+    monkeypatch.setattr(host, "open", no_proc, raising=False)
+    monkeypatch.setattr(host.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(host.platform, "processor", lambda: "")
+    assert host.cpu_name() == "arm64"
+    monkeypatch.setattr(host.platform, "processor", lambda: "arm")
+    assert host.cpu_name() == "arm"

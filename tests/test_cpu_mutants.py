@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import cpu, router
+from torchdevice import cpu, host, router
 from torchdevice.errors import UnsupportedError
 
 _FLAG = "FLAGS_caffe2_report_cpu_memory_usage"
@@ -105,8 +105,8 @@ def meminfo_total():
 
 
 def test_total_memory_without_proc_is_the_page_count_times_the_page_size(monkeypatch, meminfo_total, tmp_path):
-    monkeypatch.setattr(cpu, "_MEMINFO", str(tmp_path / "no-meminfo"))  # as on macOS: sysconf only
-    assert cpu._total_memory() == meminfo_total
+    monkeypatch.setattr(host, "MEMINFO", str(tmp_path / "no-meminfo"))  # as on macOS: sysconf only
+    assert host.total_memory() == meminfo_total
     assert cpu.CPUBackend().device_properties(0).total_memory == meminfo_total
 
 
@@ -114,10 +114,10 @@ def test_total_memory_with_no_source_is_refused_naming_the_query(monkeypatch, tm
     def no_sysconf(name):
         raise ValueError(f"unknown sysconf name {name}")
 
-    monkeypatch.setattr(cpu.os, "sysconf", no_sysconf)
-    monkeypatch.setattr(cpu, "_MEMINFO", str(tmp_path / "no-meminfo"))
+    monkeypatch.setattr(host.os, "sysconf", no_sysconf)
+    monkeypatch.setattr(host, "MEMINFO", str(tmp_path / "no-meminfo"))
     with pytest.raises(UnsupportedError) as info:
-        cpu._total_memory()
+        host.total_memory()
     assert (info.value.function, info.value.backend) == ("get_device_properties", "cpu")
     assert "no-meminfo" in str(info.value)
 
@@ -178,7 +178,7 @@ def test_a_process_that_has_allocated_nothing_has_a_peak_of_zero():
 
 
 def test_without_proc_status_reserved_figures_are_refused_and_the_rest_answers(monkeypatch, tmp_path):
-    monkeypatch.setattr(cpu, "_PROC_STATUS", str(tmp_path / "no-status"))
+    monkeypatch.setattr(host, "PROC_STATUS", str(tmp_path / "no-status"))
     memory = cpu.CPUMemory("cpu")
     for op in ("memory_reserved", "max_memory_reserved"):
         with pytest.raises(UnsupportedError) as info:
@@ -200,7 +200,7 @@ def _fake_files(monkeypatch, files: dict[str, str]):
             return io.StringIO(files[path])
         raise FileNotFoundError(path)
 
-    monkeypatch.setattr(cpu, "open", fake_open, raising=False)
+    monkeypatch.setattr(host, "open", fake_open, raising=False)
 
 
 SYSFS = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"
@@ -208,19 +208,19 @@ SYSFS = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"
 
 def test_the_clock_is_cpufreqs_khz_in_whole_mhz(monkeypatch):
     _fake_files(monkeypatch, {SYSFS: "2400000\n", "/proc/cpuinfo": "cpu MHz\t\t: 1000.000\n"})
-    mhz = cpu._cpu_mhz()
+    mhz = host.cpu_mhz()
     assert mhz == 2400 and type(mhz) is int  # 2,400,000 kHz; cpufreq wins over cpuinfo
     _fake_files(monkeypatch, {SYSFS: "3199999\n"})
-    assert cpu._cpu_mhz() == 3199  # whole MHz, rounded down as CUDA's clock_rate is an int
+    assert host.cpu_mhz() == 3199  # whole MHz, rounded down as CUDA's clock_rate is an int
 
 
 def test_without_cpufreq_the_clock_is_cpuinfos(monkeypatch):
     _fake_files(monkeypatch, {"/proc/cpuinfo": "processor\t: 0\nmodel name\t: Chip\ncpu MHz\t\t: 2399.998\n"})
-    assert cpu._cpu_mhz() == 2399
+    assert host.cpu_mhz() == 2399
     _fake_files(monkeypatch, {SYSFS: "not a number\n", "/proc/cpuinfo": "CPU MHz : 1800\n"})
-    assert cpu._cpu_mhz() == 1800
+    assert host.cpu_mhz() == 1800
     _fake_files(monkeypatch, {})
-    assert cpu._cpu_mhz() is None
+    assert host.cpu_mhz() is None
 
 
 # -- what the backend says about itself ---------------------------------------------------------------

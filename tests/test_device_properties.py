@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import capability, cpu, matrix, translate
+from torchdevice import capability, host, matrix, translate
 from torchdevice.backend import CUDA_PROPERTY_FIELDS, DeviceProperties
 
 _TYPES = {"_int": int, "int": int, "str": str}
@@ -112,13 +112,13 @@ def test_a_torch_namespace_backend_carries_the_real_fields():
 
 def test_without_sysfs_the_counts_come_from_sysctl(monkeypatch):
     # macOS has no /sys: the host's answers come from sysctl there
-    monkeypatch.setattr(cpu, "_read", lambda path: None)
-    monkeypatch.setattr(cpu, "_cpu_mhz", lambda: None)
+    monkeypatch.setattr(host, "read", lambda path: None)
+    monkeypatch.setattr(host, "cpu_mhz", lambda: None)
     values = {"hw.logicalcpu": 16, "hw.physicalcpu": 8, "hw.l2cachesize": 4 << 20, "hw.cpufrequency_max": 3_200_000_000}
-    monkeypatch.setattr(cpu, "_sysctl_int", values.get)
-    assert (cpu._threads_per_core(), cpu._l2_cache_size(), cpu._max_clock_khz()) == (2, 4 << 20, 3_200_000)
-    monkeypatch.setattr(cpu, "_sysctl_int", lambda name: None)
-    assert (cpu._threads_per_core(), cpu._l2_cache_size(), cpu._max_clock_khz()) == (1, 0, 0)
+    monkeypatch.setattr(host, "sysctl_int", values.get)
+    assert (host.threads_per_core(), host.l2_cache_size(), host.max_clock_khz()) == (2, 4 << 20, 3_200_000)
+    monkeypatch.setattr(host, "sysctl_int", lambda name: None)
+    assert (host.threads_per_core(), host.l2_cache_size(), host.max_clock_khz()) == (1, 0, 0)
 
 
 def test_the_matrix_gives_each_field_a_status():

@@ -8,6 +8,9 @@ valid arguments kept beside the catalog (torchdevice/data/catalog_examples.py):
   documented type without raising;
 * an "unsupported" one must raise torchdevice.UnsupportedError naming the
   function and the backend (and saying what to use instead);
+* a host-sensor query (:data:`HOST_SENSORS`) may instead raise
+  torchdevice.SensorUnavailableError on a host without that reading, naming the
+  function, the backend, what was tried and what to use instead;
 * a "native" facade-less one is torch's own object, untouched; every other one
   is replaced, carries the same status tag, and is traced under its name.
 
@@ -31,12 +34,15 @@ import torch
 from helpers import run_command, run_torchdevice
 
 import torchdevice
-from torchdevice import UnsupportedError, catalog, namespaces, router, trace, translate
+from torchdevice import SensorUnavailableError, UnsupportedError, catalog, namespaces, router, trace, translate
 from torchdevice.backend import STATUS_ATTR
 from torchdevice.data import catalog_examples as ex
 
 DEVICE_ENTRIES = [e for e in catalog.entries() if e.section != "DISTRIBUTED_COMPUTING"]
 DIST_ENTRIES = catalog.entries("DISTRIBUTED_COMPUTING")
+
+#: Queries answered from a host reading, which a host may not expose (then SensorUnavailableError)
+HOST_SENSORS = frozenset({"clock_rate", "temperature", "power_draw"})
 
 
 def _backends() -> list[str]:
@@ -110,6 +116,7 @@ def test_function_does_what_the_matrix_says(api, translating, originals):
         args, kwargs = example(module)
         trace.reset()
         trace.start_report()
+        unreadable = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
@@ -117,7 +124,10 @@ def test_function_does_what_the_matrix_says(api, translating, originals):
                     with pytest.raises(UnsupportedError) as info:
                         fn(*args, **kwargs)
                 else:
-                    value = fn(*args, **kwargs)
+                    try:
+                        value = fn(*args, **kwargs)
+                    except SensorUnavailableError as exc:
+                        unreadable = exc
             uses = {u.api: u for u in trace.report_data()}
             probes = trace.other_family_probes()
         finally:
@@ -128,6 +138,12 @@ def test_function_does_what_the_matrix_says(api, translating, originals):
             assert api in str(info.value) and repr(backend) in str(info.value)
             assert info.value.instead, f"{api}: the error must say what to use instead"
             assert uses[api].how == "unsupported"
+            continue
+        if unreadable is not None:  # a question answered "this host has no such reading"
+            assert entry.name in HOST_SENSORS, f"{api} raised {unreadable!r} but reads no host sensor"
+            assert unreadable.function == api and unreadable.backend == backend, repr(unreadable)
+            assert unreadable.tried and unreadable.instead, f"{api}: say what was tried and what to use instead"
+            assert uses[api].how.startswith(status), f"{api} was not traced as {status}"
             continue
         assert ex.returns_ok(documented, value, module), (
             f"{api}{args}: returned {value!r} ({type(value).__name__}), documented {documented}")

@@ -6,8 +6,9 @@ come from the same rule table, so a consistently wrong rule (a working ``synchro
 relabelled unsupported) would pass it. Here:
 
 1. every catalog device function is called (with the examples beside the catalog) and its
-   behaviour classified: *refuses* (raises UnsupportedError), *torch's own* object, or
-   *answers* (returns);
+   behaviour classified: *refuses* (raises UnsupportedError), *torch's own* object, *answers*
+   (returns), or *unreadable here* (raises SensorUnavailableError: a host-sensor query on a host
+   that exposes no such reading -- allowed only for the queries in :data:`SENSOR_QUERIES`);
 2. the class must match the published status (unsupported <=> refuses);
 3. a function may refuse only if it is in :data:`MAY_REFUSE` -- actions that cannot be
    honoured without the accelerator's runtime (graphs, allocators, IPC, external streams) --
@@ -25,7 +26,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import UnsupportedError, catalog, router, translate
+from torchdevice import SensorUnavailableError, UnsupportedError, catalog, router, translate
 from torchdevice.data import catalog_examples as ex
 
 ENTRIES = [e for e in catalog.entries() if e.section != "DISTRIBUTED_COMPUTING"]
@@ -51,12 +52,16 @@ MAY_REFUSE: dict[str, str] = {
 #: Queries that are still refused on a host backend although a program only asks them: a known
 #: gap against "answer queries, refuse only actions" (issue 9), listed per backend so that it
 #: shrinks (an entry whose query now answers fails :func:`test_the_refused_queries_list_is_exact`).
-_NO_SENSOR = ("temperature", "power_draw", "memory_usage")  # no portable, unprivileged host reading
-_HOST_TELEMETRY = ("clock_rate", "utilization", "list_gpu_processes")  # the cpu backend reads the host
+_HOST_TELEMETRY = ("clock_rate", "utilization", "list_gpu_processes", "temperature", "power_draw")  # cpu reads them
 REFUSED_QUERIES: dict[str, frozenset[str]] = {
-    **{name: frozenset({"cpu", "mlx"}) for name in _NO_SENSOR},  # a documented refusal (CUDA raises without NVML)
+    "memory_usage": frozenset({"cpu", "mlx"}),  # memory-bus busy time: no host exposes it (perf privileges, bandwidth)
     **{name: frozenset({"mlx"}) for name in _HOST_TELEMETRY},  # MLX's device may be a GPU: no host figure fits
 }
+
+#: Queries answered from a host reading (a clock, a thermal sensor, RAPL energy counters): where this host
+#: exposes none they raise SensorUnavailableError -- the question answered "not readable here", as CUDA
+#: raises without NVML -- which is neither a refusal nor a number.
+SENSOR_QUERIES = frozenset({"clock_rate", "temperature", "power_draw"})
 
 
 def _host_backends() -> list[str]:
@@ -98,6 +103,10 @@ def _classify(fn, original, module, api) -> str:
             outcomes.add("answers")
         except UnsupportedError:
             outcomes.add("refuses")
+        except SensorUnavailableError as exc:
+            assert api.rpartition(".")[2] in SENSOR_QUERIES, f"{api} raised {exc!r}: it reads no host sensor"
+            assert exc.function == api and exc.tried and exc.instead, f"{api}: {exc!r}"
+            outcomes.add("unreadable here")
     assert len(outcomes) == 1, f"{api}: some calls refuse, some answer: {outcomes}"
     return outcomes.pop()
 
@@ -135,6 +144,8 @@ def test_the_refused_queries_list_is_exact(name, host):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     fn(*args, **kwargs)
+                refused.append(False)
+            except SensorUnavailableError:  # answered "not readable on this host": not a refusal
                 refused.append(False)
             except UnsupportedError:
                 refused.append(True)

@@ -75,7 +75,8 @@ def test_statuses_follow_the_backends_tags_and_calls_follow_the_statuses(router_
     assert matrix.status_for("torch.cuda.memory_cached", "tagged")[0] is Status.EMULATED  # derived from it
     assert matrix.status_for("torch.mps.driver_allocated_memory", "tagged")[0] is Status.EMULATED
     assert matrix.status_for("torch.cuda.utilization", "tagged") == (Status.TRANSLATED, "the fake chip's load sensor")
-    assert matrix.status_for("torch.cuda.temperature", "cpu")[0] is Status.UNSUPPORTED  # no sensor on a host
+    assert matrix.status_for("torch.cuda.memory_usage", "cpu")[0] is Status.UNSUPPORTED  # no host exposes it
+    assert matrix.status_for("torch.cuda.temperature", "cpu")[0] is Status.TRANSLATED  # hwmon/thermal, where exposed
 
     import torchdevice
 

@@ -10,6 +10,7 @@ import torch
 
 import torchdevice
 from torchdevice import cpu, memstats, router, translate
+from torchdevice import host as host_os
 
 CUDA_MEMORY_SUMMARY = torch.cuda.memory.memory_summary  # torch's own, taken before any patch
 
@@ -182,14 +183,27 @@ def test_host_queries_answer_on_cpu(on_cpu):
     for _ in range(400):
         x = x * 1.0001  # this process uses the CPU
     assert 0 < torch.cuda.utilization() <= 100
-    if cpu._cpu_mhz() is not None:
-        assert torch.cuda.clock_rate() == pytest.approx(cpu._cpu_mhz(), rel=0.5)
+    if host_os.cpu_mhz() is not None:
+        assert torch.cuda.clock_rate() == pytest.approx(host_os.cpu_mhz(), rel=0.5)
 
 
-@pytest.mark.parametrize("name", ["temperature", "power_draw", "memory_usage"])
-def test_unmeasurable_sensors_stay_refused(name, host):
+def test_memory_bus_busy_time_stays_refused(host):
     with pytest.raises(torchdevice.UnsupportedError):
-        getattr(torch.cuda, name)()
+        torch.cuda.memory_usage()  # no host exposes it (tests/test_host_sensors.py has the sensors the cpu reads)
+
+
+@pytest.mark.parametrize("name", ["temperature", "power_draw"])
+def test_host_sensors_are_read_on_cpu_and_refused_on_mlx(name, host):
+    if host == "mlx":  # MLX's device may be a GPU, which no host sensor describes
+        with pytest.raises(torchdevice.UnsupportedError):
+            getattr(torch.cuda, name)()
+        return
+    try:
+        value = getattr(torch.cuda, name)()
+    except torchdevice.SensorUnavailableError as exc:  # this host has no such reading (a VM, a container)
+        assert exc.function == f"torch.cuda.{name}" and exc.tried and exc.instead
+    else:
+        assert type(value) is int and value > 0
 
 
 def test_mlx_reserved_peak(host):
@@ -223,7 +237,8 @@ def _no_proc(monkeypatch):
             raise FileNotFoundError(2, "No such file or directory", path)
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(cpu, "open", open_, raising=False)
+    monkeypatch.setattr(cpu, "open", open_, raising=False)  # /proc/self/clear_refs
+    monkeypatch.setattr(host_os, "open", open_, raising=False)  # /proc/self/status, /proc/meminfo
     monkeypatch.setattr(cpu.os.path, "exists", lambda p: not str(p).startswith("/proc") and real_exists(p))
 
 
@@ -231,7 +246,7 @@ def test_without_proc_the_reserved_figures_are_the_tasks_resident_set(monkeypatc
     memory = cpu.CPUMemory("cpu")
     _no_proc(monkeypatch)
     task = {"rss": 100 << 20, "max": 150 << 20}
-    monkeypatch.setattr(cpu, "_mach_resident", lambda: (task["rss"], task["max"]))
+    monkeypatch.setattr(host_os, "mach_resident", lambda: (task["rss"], task["max"]))
     assert memory.memory_reserved(0) == 100 << 20
     assert memory.max_memory_reserved(0) == 150 << 20
     memory.reset_peak_memory_stats(0)  # the kernel's peak cannot be reset: the reads since are the peak
@@ -243,11 +258,11 @@ def test_without_proc_the_reserved_figures_are_the_tasks_resident_set(monkeypatc
     stats = memory.memory_stats(0)
     assert (stats["reserved_bytes.all.current"], stats["reserved_bytes.all.peak"]) == (90 << 20, 120 << 20)
     assert "90.000 MB" in memory.list_gpu_processes(0)
-    monkeypatch.setattr(cpu, "_mach_mem_info", lambda: (3 << 30, 16 << 30))
+    monkeypatch.setattr(host_os, "mach_mem_info", lambda: (3 << 30, 16 << 30))
     assert memory.mem_get_info(0) == (3 << 30, 16 << 30)
     # where the kernel says nothing either, the figures are refused, naming what they need
-    monkeypatch.setattr(cpu, "_mach_resident", lambda: None)
-    monkeypatch.setattr(cpu, "_mach_mem_info", lambda: None)
+    monkeypatch.setattr(host_os, "mach_resident", lambda: None)
+    monkeypatch.setattr(host_os, "mach_mem_info", lambda: None)
     for ask in (memory.memory_reserved, memory.max_memory_reserved, memory.mem_get_info):
         with pytest.raises(torchdevice.UnsupportedError, match="/proc"):
             ask(0)
@@ -257,9 +272,9 @@ def test_the_mach_sources_answer_only_on_macos():
     import sys
 
     if sys.platform == "darwin":
-        rss, peak = cpu._mach_resident()
+        rss, peak = host_os.mach_resident()
         assert 0 < rss <= peak
-        available, total = cpu._mach_mem_info()
+        available, total = host_os.mach_mem_info()
         assert 0 < available < total == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     else:
-        assert cpu._mach_resident() is None and cpu._mach_mem_info() is None
+        assert host_os.mach_resident() is None and host_os.mach_mem_info() is None

@@ -411,7 +411,7 @@ def test_make_graphed_callables_runs_eagerly(patched):
 
 
 def test_unsupported_errors_name_function_backend_and_alternative(patched):
-    for fn, api in ((torch.cuda.cudart, "torch.cuda.cudart"), (torch.cuda.temperature, "torch.cuda.temperature"),
+    for fn, api in ((torch.cuda.cudart, "torch.cuda.cudart"), (torch.cuda.memory_usage, "torch.cuda.memory_usage"),
                     (torch.mps.compile_shader, "torch.mps.compile_shader"),
                     (torch.mtia.record_memory_history, "torch.mtia.record_memory_history")):
         with pytest.raises(UnsupportedError) as info:

@@ -32,6 +32,7 @@ from .errors import (
     BackendNotFoundError,
     BackendUnavailableError,
     InvalidDeviceError,
+    SensorUnavailableError,
     TorchDeviceError,
     UnsupportedError,
 )
@@ -106,7 +107,7 @@ __all__ = [
     "use", "backends", "problems", "hookimpl", "Backend", "BackendSpec", "Availability",
     "DeviceProperties", "MemoryOps", "StreamOps", "RNGOps", "CollectiveOps", "Status",
     "TorchDeviceError", "BackendNotFoundError", "BackendUnavailableError", "UnsupportedError",
-    "InvalidDeviceError", "Stream", "Event", "patch", "unpatch", "patched", "is_patched", *_api_all,
+    "SensorUnavailableError", "InvalidDeviceError", "Stream", "Event", "patch", "unpatch", "patched", "is_patched", *_api_all,
 ]
 
 

@@ -2,7 +2,9 @@
 
 It registers through the same hooks as every external plugin (see
 :class:`torchdevice.backend.Backend`); the router adds it before loading entry
-points.
+points. What the host says about itself (``/proc``, ``/sys``, the Mach kernel,
+``sysctl``) is read by :mod:`torchdevice.host`; this module turns it into
+CUDA's answers.
 
 What the memory figures mean on CPU (``docs/memory.md`` has the full account):
 
@@ -40,13 +42,21 @@ What the memory figures mean on CPU (``docs/memory.md`` has the full account):
 
 Queries a program asks about the device get the host's answer (see the
 ``docs/memory.md`` table): ``utilization`` is the percent of the machine's
-CPU capacity this process used since the previous call, ``clock_rate`` the
-current CPU clock in MHz (Linux), ``list_gpu_processes`` this process in
-CUDA's format, ``get_allocator_backend`` ``"native"``, ``host_memory_stats``
-zeros (there is no pinned host-memory allocator, so no pinned blocks).
-``temperature``, ``power_draw`` and ``memory_usage`` (memory-bus busy time)
-stay refused: a host exposes no portable, unprivileged reading of them (CUDA
-itself raises when NVML is absent), and a made-up figure would be worse.
+CPU capacity this process used since the previous call, ``list_gpu_processes``
+this process in CUDA's format, ``get_allocator_backend`` ``"native"``,
+``host_memory_stats`` zeros (there is no pinned host-memory allocator, so no
+pinned blocks). The sensor queries read the host where it exposes them
+(:mod:`torchdevice.host`): ``clock_rate`` the current clock of CPU 0 in MHz
+(cpufreq, else ``/proc/cpuinfo``), ``temperature`` the hottest CPU-package
+temperature in degrees C (hwmon coretemp/k10temp/zenpower/cpu_thermal, else
+the CPU's thermal zones), ``power_draw`` the packages' average power in mW
+since the previous call (powercap RAPL energy counters, root-only since Linux
+5.10). Where the host has no such reading (most VMs and containers, macOS, a
+root-only file) they raise :class:`~torchdevice.errors.SensorUnavailableError`
+saying what was tried -- as CUDA raises without NVML -- never a made-up
+figure. ``memory_usage`` (the percent of time the memory bus was busy) stays
+refused (UnsupportedError): no host exposes that figure; its memory
+controller's counters need perf privileges and count bandwidth.
 
 The CPU is one device; ``TORCHDEVICE_DEVICE_COUNT=N`` (``torchdevice run
 --devices N``) exposes it as N logical devices, all the same host CPU, and so
@@ -58,16 +68,13 @@ process's own whichever index is asked.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
-import platform
-import sys
 import threading
 import time
 
 import torch
 
-from . import memstats
+from . import host, memstats
 from .backend import (
     Availability,
     Backend,
@@ -81,28 +88,10 @@ from .backend import (
     unsupported,
 )
 from .collectives import DeviceComm
-from .errors import UnsupportedError
+from .errors import SensorUnavailableError, UnsupportedError
+from .host import MallInfo2 as _MallInfo2  # the C allocator's readers, under the names the source chain,
+from .host import MallocZones as _MallocZones  # tests and benchmarks/bench_cpu_memory.py use
 from .streams import HostStreamOps, host_device_count
-
-_PROC_STATUS = "/proc/self/status"
-_MEMINFO = "/proc/meminfo"
-
-
-def _read_kib_fields(path: str, backend: str, op: str) -> dict[str, int]:
-    """Parse a /proc file of 'Key:   123 kB' lines into bytes."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as exc:
-        raise UnsupportedError(op, backend, f"needs {path} (Linux /proc): {exc}") from exc
-    fields = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if len(parts) == 2 and parts[1] == "kB":
-            fields[key] = int(parts[0]) * 1024
-    return fields
-
 
 # -- the bytes of live CPU allocations -----------------------------------------------------
 
@@ -187,69 +176,15 @@ class _C10Counter:
         return good[0] if len(good) == 1 else None
 
 
-class _MallInfo2:
-    """glibc ``mallinfo2()``: ``uordblks`` (bytes in use in the arenas) + ``hblkhd`` (bytes in mmapped chunks)."""
-
-    class _Struct(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-            "keepcost")]
-
-    def __init__(self, fn):
-        self._fn = fn
-
-    def read(self) -> int:
-        info = self._fn()
-        return int(info.uordblks + info.hblkhd)
-
-    @classmethod
-    def open(cls) -> "_MallInfo2 | None":
-        try:
-            fn = ctypes.CDLL(None).mallinfo2
-        except (OSError, AttributeError):
-            return None
-        fn.restype = cls._Struct
-        fn.argtypes = []
-        return cls(fn)
-
-
-class _MallocZones:
-    """macOS ``malloc_zone_statistics(NULL, &stats)``: ``size_in_use`` summed over every malloc zone."""
-
-    class _Struct(ctypes.Structure):
-        _fields_ = [("blocks_in_use", ctypes.c_uint), ("size_in_use", ctypes.c_size_t),
-                    ("max_size_in_use", ctypes.c_size_t), ("size_allocated", ctypes.c_size_t)]
-
-    def __init__(self, fn):
-        self._fn = fn
-
-    def read(self) -> int:
-        stats = self._Struct()
-        self._fn(None, ctypes.byref(stats))
-        return int(stats.size_in_use)
-
-    @classmethod
-    def open(cls) -> "_MallocZones | None":
-        if sys.platform != "darwin":
-            return None
-        try:
-            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").malloc_zone_statistics
-        except (OSError, AttributeError):
-            return None
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        return cls(fn)
-
-
 class _ResidentSet:
     """The resident set size (``VmRSS``): the last resort, for a Linux without mallinfo2."""
 
     def read(self) -> int:
-        return _read_kib_fields(_PROC_STATUS, "cpu", "memory_allocated")["VmRSS"]
+        return host.read_kib_fields(host.PROC_STATUS, "cpu", "memory_allocated")["VmRSS"]
 
     @classmethod
     def open(cls) -> "_ResidentSet | None":
-        return cls() if os.path.exists(_PROC_STATUS) else None
+        return cls() if os.path.exists(host.PROC_STATUS) else None
 
 
 #: What each source counts, for :func:`allocation_source` and ``memory_stats()["cpu.source"]``.
@@ -288,63 +223,6 @@ def allocation_source() -> str:
     return _source_name
 
 
-# -- macOS: the process's resident set and the host's free memory without /proc ---------------
-
-
-class _MachTaskBasicInfo(ctypes.Structure):
-    _pack_ = 4  # <mach/task_info.h>: #pragma pack(4)
-    _fields_ = [("virtual_size", ctypes.c_uint64), ("resident_size", ctypes.c_uint64),
-                ("resident_size_max", ctypes.c_uint64), ("user_time", ctypes.c_int32 * 2),
-                ("system_time", ctypes.c_int32 * 2), ("policy", ctypes.c_int32), ("suspend_count", ctypes.c_int32)]
-
-
-_MACH_TASK_BASIC_INFO = 20
-_HOST_VM_INFO64, _HOST_VM_INFO64_COUNT = 4, 38  # vm_statistics64: free_count, active_count, inactive_count, ...
-
-
-def _libc_darwin():
-    if sys.platform != "darwin":
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib")
-    except OSError:
-        return None
-
-
-def _mach_resident() -> tuple[int, int] | None:
-    """(resident_size, resident_size_max) of this task from ``task_info`` (macOS), else None."""
-    libc = _libc_darwin()
-    if libc is None:
-        return None
-    try:
-        task = ctypes.c_uint32.in_dll(libc, "mach_task_self_")
-        info = _MachTaskBasicInfo()
-        count = ctypes.c_uint32(ctypes.sizeof(info) // 4)
-        if libc.task_info(task, _MACH_TASK_BASIC_INFO, ctypes.byref(info), ctypes.byref(count)) != 0:
-            return None
-    except (OSError, AttributeError, ValueError):
-        return None
-    return int(info.resident_size), int(info.resident_size_max)
-
-
-def _mach_mem_info() -> tuple[int, int] | None:
-    """(free + inactive bytes, physical memory) from ``host_statistics64`` and ``hw.memsize`` (macOS), else None:
-    inactive pages are what the kernel hands out again without swapping, as Linux's MemAvailable counts."""
-    libc, total = _libc_darwin(), _sysctl_int("hw.memsize")
-    if libc is None or not total:
-        return None
-    try:
-        stats = (ctypes.c_uint32 * 64)()
-        count = ctypes.c_uint32(_HOST_VM_INFO64_COUNT)
-        libc.mach_host_self.restype = ctypes.c_uint32
-        if libc.host_statistics64(libc.mach_host_self(), _HOST_VM_INFO64, stats, ctypes.byref(count)) != 0:
-            return None
-    except (OSError, AttributeError):
-        return None
-    free, inactive = stats[0], stats[2]
-    return (free + inactive) * os.sysconf("SC_PAGE_SIZE"), total
-
-
 class CPUMemory(MemoryOps):
     """Host memory figures (see the module docstring); the live-allocation counter opens on creation."""
 
@@ -355,9 +233,10 @@ class CPUMemory(MemoryOps):
         self._peak = 0
         self._cpu_mark: tuple[float, float] | None = None
         self._rss_peak: int | None = None  # without /proc, after a reset: the highest resident set read since
+        self._power = host.PackagePower()
 
     def _status(self, op: str) -> dict[str, int]:
-        return _read_kib_fields(_PROC_STATUS, self.backend, op)
+        return host.read_kib_fields(host.PROC_STATUS, self.backend, op)
 
     def _resident(self, op: str) -> tuple[int, int]:
         """(resident set size, its peak): /proc/self/status, else the Mach kernel's task info (macOS)."""
@@ -365,7 +244,7 @@ class CPUMemory(MemoryOps):
             fields = self._status(op)
             return fields["VmRSS"], max(fields["VmHWM"], fields["VmRSS"])
         except UnsupportedError:
-            found = _mach_resident()
+            found = host.mach_resident()
             if found is None:
                 raise
         rss, peak = found
@@ -423,7 +302,7 @@ class CPUMemory(MemoryOps):
                     "reset_peak_memory_stats", self.backend, f"needs a writable /proc/self/clear_refs: {exc}"
                 ) from exc
             # no /proc (macOS): the kernel's peak cannot be reset; from now on the peak is the reads' highest
-            found = _mach_resident()
+            found = host.mach_resident()
             with self._lock:
                 self._rss_peak = found[0] if found is not None else None
 
@@ -454,9 +333,9 @@ class CPUMemory(MemoryOps):
     @translated("(MemAvailable, MemTotal) from /proc/meminfo; macOS: (free + inactive pages, hw.memsize)")
     def mem_get_info(self, index: int) -> tuple[int, int]:
         try:
-            info = _read_kib_fields(_MEMINFO, self.backend, "mem_get_info")
+            info = host.read_kib_fields(host.MEMINFO, self.backend, "mem_get_info")
         except UnsupportedError:
-            found = _mach_mem_info()
+            found = host.mach_mem_info()
             if found is None:
                 raise
             return found
@@ -510,13 +389,46 @@ class CPUMemory(MemoryOps):
         percent = 100.0 * (used - mark[1]) / (wall * (os.cpu_count() or 1))
         return int(round(min(max(percent, 0.0), 100.0)))
 
-    @translated("the current clock of CPU 0 in MHz (Linux cpufreq scaling_cur_freq, else /proc/cpuinfo)")
+    @translated("the current clock of CPU 0 in MHz (Linux cpufreq scaling_cur_freq, else /proc/cpuinfo) where "
+                "the host exposes it; elsewhere SensorUnavailableError")
     def clock_rate(self, index: int) -> int:
-        mhz = _cpu_mhz()
+        mhz = host.cpu_mhz()
         if mhz is None:
-            raise UnsupportedError("clock_rate", self.backend, "this host exposes no CPU clock reading "
-                                   "(/sys/devices/system/cpu/cpu0/cpufreq or /proc/cpuinfo)")
+            raise SensorUnavailableError(
+                "clock_rate", self.backend, f"no CPU clock reading ({host.CPU0}/cpufreq/scaling_cur_freq and "
+                f"the 'cpu MHz' line of {host.CPUINFO} are missing or unreadable)",
+                "get_device_properties().clock_rate (the maximum clock in kHz, 0 where unknown) or the machine's "
+                "own tools")
         return mhz
+
+    @translated("the hottest CPU-package temperature in °C: Linux hwmon (coretemp, k10temp, zenpower, cpu_thermal), "
+                "else the CPU's thermal zones (x86_pkg_temp, cpu*, soc*), where the host exposes them; elsewhere "
+                "SensorUnavailableError")
+    def temperature(self, index: int) -> int:
+        try:
+            return host.cpu_temperature()
+        except host.Unreadable as exc:
+            raise SensorUnavailableError(
+                "temperature", self.backend, str(exc),
+                "the machine's own monitoring (lm-sensors' `sensors`; in a VM or container, the host's)") from exc
+
+    @emulated("the CPU packages' average power in mW since the previous call (the first: over 0.1 s) from Linux "
+              "powercap RAPL energy counters (energy_uj, root-only since Linux 5.10) where the host exposes them; "
+              "elsewhere SensorUnavailableError")
+    def power_draw(self, index: int) -> int:
+        try:
+            return self._power.milliwatts()
+        except host.Unreadable as exc:
+            raise SensorUnavailableError(
+                "power_draw", self.backend, str(exc),
+                "run as root or let this user read /sys/class/powercap/intel-rapl:*/energy_uj (a udev rule), or "
+                "the machine's own tools (turbostat, powerstat; macOS: sudo powermetrics)") from exc
+
+    memory_usage = unsupported(
+        "memory_usage",
+        "a host exposes no memory-bus busy time: NVML reads it from a GPU's memory controller, a CPU's memory "
+        "controller counters (uncore IMC) need perf privileges and count bandwidth, not busy time; measure "
+        "bandwidth with `perf stat` (uncore_imc events) or the machine's own tools")
 
     @emulated("CUDA's format listing this process only, with its resident set size: other processes' use of "
               "the host is not the backend's to report")
@@ -530,22 +442,6 @@ class CPUMemory(MemoryOps):
 
 
 _CPU_MARK = (time.monotonic(), sum(os.times()[:2]))
-
-
-def _cpu_mhz() -> int | None:
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq") as f:
-            return int(f.read().strip()) // 1000
-    except (OSError, ValueError):
-        pass
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("cpu mhz"):
-                    return int(float(line.split(":", 1)[1]))
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 class CPURNG(RNGOps):
@@ -595,88 +491,6 @@ class CPUStreams(HostStreamOps):
     pass
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _total_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return _read_kib_fields(_MEMINFO, "cpu", "get_device_properties")["MemTotal"]
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity masks (macOS)
-        return os.cpu_count() or 1
-
-
-_CPU0 = "/sys/devices/system/cpu/cpu0"
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _sysctl_int(name: str) -> int | None:
-    """``sysctlbyname(name)`` as an integer (macOS, BSD); None elsewhere or when it fails."""
-    if sys.platform != "darwin":
-        return None
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").sysctlbyname
-        value, size = ctypes.c_uint64(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint64))
-        if fn(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
-            return None
-    except (OSError, AttributeError):
-        return None
-    return int(value.value) if size.value in (4, 8) else None
-
-
-def _threads_per_core() -> int:
-    siblings = _read(f"{_CPU0}/topology/thread_siblings_list")  # "0-1", "0,4" or "0"
-    if siblings:
-        count = 0
-        for part in siblings.split(","):
-            low, _, high = part.partition("-")
-            count += int(high) - int(low) + 1 if high else 1
-        return count
-    logical, physical = _sysctl_int("hw.logicalcpu"), _sysctl_int("hw.physicalcpu")
-    return logical // physical if logical and physical else 1
-
-
-def _l2_cache_size() -> int:
-    for i in range(8):
-        level, size = _read(f"{_CPU0}/cache/index{i}/level"), _read(f"{_CPU0}/cache/index{i}/size")
-        if level == "2" and size:  # "2048K"
-            units = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}
-            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
-    return _sysctl_int("hw.l2cachesize") or 0
-
-
-def _max_clock_khz() -> int:
-    found = _read(f"{_CPU0}/cpufreq/cpuinfo_max_freq")
-    if found and found.isdigit():
-        return int(found)
-    mhz = _cpu_mhz()
-    if mhz:
-        return mhz * 1000
-    hz = _sysctl_int("hw.cpufrequency_max")
-    return hz // 1000 if hz else 0
-
-
 class CPUBackend(Backend):
     """The host CPU as one device."""
 
@@ -712,17 +526,17 @@ class CPUBackend(Backend):
 
     def device_properties(self, index: int) -> DeviceProperties:
         return DeviceProperties(
-            name=_cpu_name(),
-            total_memory=_total_memory(),
-            multi_processor_count=_usable_cpus(),
+            name=host.cpu_name(),
+            total_memory=host.total_memory(),
+            multi_processor_count=host.usable_cpus(),
             bf16_supported=True,  # torch computes bf16 on every CPU (natively with AVX512-BF16/AMX)
             type="cpu",
             raw={"cpu_capability": torch.backends.cpu.get_cpu_capability()},
             is_integrated=1,
-            max_threads_per_multi_processor=_threads_per_core(),
+            max_threads_per_multi_processor=host.threads_per_core(),
             warp_size=1,
-            L2_cache_size=_l2_cache_size(),
-            clock_rate=_max_clock_khz(),
+            L2_cache_size=host.l2_cache_size(),
+            clock_rate=host.max_clock_khz(),
         )
 
     def memory(self) -> CPUMemory:

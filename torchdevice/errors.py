@@ -55,6 +55,28 @@ class UnsupportedError(TorchDeviceError, NotImplementedError):
         super().__init__(msg)
 
 
+class SensorUnavailableError(TorchDeviceError):
+    """A question about the device that the backend answers from a host reading this host does not expose.
+
+    A query (``torch.cuda.temperature``, ``power_draw``, ``clock_rate`` on the
+    cpu backend) is answered where the host has the reading -- a thermal
+    sensor, RAPL energy counters, a cpufreq clock -- and raises this where it
+    has none, or only for root (a VM or container without them, macOS): the
+    answer depends on the host, not on the backend, so this is not
+    :class:`UnsupportedError` (an action the backend refuses everywhere). CUDA
+    raises too when NVML is absent. Never a made-up number instead. The message
+    names the function, the backend, what was tried and what to use instead;
+    ``tried`` and ``instead`` hold those parts.
+    """
+
+    def __init__(self, function: str, backend: str, tried: str, instead: str = ""):
+        self.function, self.backend, self.tried, self.instead = function, backend, tried, instead
+        msg = f"{function} cannot be read on this host (torchdevice backend {backend!r}): {tried}"
+        if instead:
+            msg += f"; instead: {instead}"
+        super().__init__(msg)
+
+
 # torch.AcceleratorError exists from torch 2.8; older torch raised a plain RuntimeError.
 _BASES = (torch.AcceleratorError, TorchDeviceError) if hasattr(torch, "AcceleratorError") else (TorchDeviceError,)
 

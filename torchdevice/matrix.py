@@ -520,6 +520,11 @@ def render_md(backends=None) -> str:
         "for cuda, `is_xccl_available()` for xpu), while their other functions translate as listed. The "
         "statuses below hold whatever the source family.",
         "",
+        "A query answered from a reading of the host (a note ending \"elsewhere SensorUnavailableError\": "
+        "the cpu backend's `clock_rate`, `temperature`, `power_draw`) keeps its status on a host that exposes no "
+        "such reading, and raises `torchdevice.SensorUnavailableError` there, saying what was tried and what to "
+        "use instead -- as CUDA raises without NVML; never a made-up number.",
+        "",
         "| status | meaning |",
         "|---|---|",
     ]

@@ -1,6 +1,6 @@
 """The wrappers :func:`~torchdevice.namespaces.install` puts in place: a generated function per signature
-shape (trace note, ``UnsupportedError`` renamed to the API), the raiser of an unsupported function, and the
-stand-ins for classes."""
+shape (trace note, ``UnsupportedError`` and ``SensorUnavailableError`` renamed to the API), the raiser of an
+unsupported function, and the stand-ins for classes."""
 from __future__ import annotations
 
 import functools
@@ -10,11 +10,11 @@ from typing import Any, Callable
 
 from .. import trace as _trace
 from ..backend import STATUS_ATTR, Status
-from ..errors import UnsupportedError
+from ..errors import SensorUnavailableError, UnsupportedError
 from .rules import UNSUPPORTED
 
 _FACTORY = """\
-def factory(_trace, api, how, impl, UnsupportedError, {defaults}):
+def factory(_trace, api, how, impl, UnsupportedError, SensorUnavailableError, {defaults}):
     def wrapper({params}):
         if _trace.active:
             _trace.note(api, how)
@@ -24,6 +24,10 @@ def factory(_trace, api, how, impl, UnsupportedError, {defaults}):
             if exc.function.startswith("torch."):
                 raise
             raise UnsupportedError(api, exc.backend, exc.instead) from exc
+        except SensorUnavailableError as exc:
+            if exc.function.startswith("torch."):
+                raise
+            raise SensorUnavailableError(api, exc.backend, exc.tried, exc.instead) from exc
     return wrapper
 """
 
@@ -103,7 +107,7 @@ def _factory(shape: tuple) -> Callable:
 
 
 def _wrap(api: str, status_: Status, note: str, impl: Callable, name: str) -> Callable:
-    """``impl`` with a trace note and UnsupportedError renamed to ``api``.
+    """``impl`` with a trace note and UnsupportedError (SensorUnavailableError) renamed to ``api``.
 
     The wrapper is generated with ``impl``'s own parameter list, so a call
     forwards its arguments as they are (no ``*args``/``**kwargs`` packing: half
@@ -111,7 +115,7 @@ def _wrap(api: str, status_: Status, note: str, impl: Callable, name: str) -> Ca
     """
     how = f"{status_}: {note}" if note else str(status_)
     shape, defaults = _shape(impl)
-    wrapper = _factory(shape)(_trace, api, how, impl, UnsupportedError, *defaults)
+    wrapper = _factory(shape)(_trace, api, how, impl, UnsupportedError, SensorUnavailableError, *defaults)
     functools.update_wrapper(wrapper, impl)
     wrapper.__code__ = wrapper.__code__.replace(co_name=name, co_qualname=name)
     wrapper.__name__ = name
