@@ -215,3 +215,19 @@ def test_tag_and_unsupported_checks_run_without_the_hardware():
     failed = {r.name: r.detail for r in check_backend(untagged, raise_on_failure=False).failures}
     assert "memory.memory_allocated" in failed["tags"]
 
+
+
+def test_building_blocks_notes_do_not_speak_for_the_cpu_backend_under_another():
+    # kitchip reuses CPUMemory, CPURNG, HostStream/HostEvent and DeviceComm with two devices: the
+    # matrix must describe kitchip, not claim "one device", "the CPU backend" or torchdevice's authorship
+    from torchdevice import matrix
+    from torchdevice.testing import registered
+
+    with registered(KitBackend()):
+        notes = {row.api: row.statuses["kitchip"][1]
+                 for row in matrix.rows(["kitchip"]) + matrix.extra_rows(["kitchip"]) if "kitchip" in row.statuses}
+    assert notes["torch.cuda.Event"].startswith("KitEvent: host-synchronous event built on torchdevice.streams.HostEvent")
+    wrong = {api: note for api, note in notes.items()
+             if any(claim in note.lower() for claim in ("cpu backend", "one device", "implemented by torchdevice"))}
+    assert not wrong, wrong
+    assert "plugin" in matrix.LEGEND[matrix.Status.EMULATED]
