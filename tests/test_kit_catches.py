@@ -119,7 +119,23 @@ class PerInstanceStreams(CPUStreams):
         super().__init__(backend)
 
 
+class OneDeviceMemory(CPUMemory):
+    """Per-device peaks sized for one device (a list of length 1): index 1 fails."""
+
+    def __init__(self, backend):
+        super().__init__(backend)
+        self._peaks = [0]
+
+    @translated("per-device peaks (wrongly sized)")
+    def memory_allocated(self, index):
+        value = super().memory_allocated(index)
+        self._peaks[index] = max(self._peaks[index], value)
+        return value
+
+
 def _plant(bug: str):
+    if bug == "per_device_state_for_one":
+        return type("B", (KitBackend,), {"memory": lambda self: OneDeviceMemory(self.name)})()
     if bug == "stream_device_count":
         return type("B", (KitBackend,), {"streams_class": CountlessStreams})()
     if bug == "event_class_per_instance":
@@ -166,6 +182,7 @@ PLANTED = {  # bug -> the check that must fail
     "misspelled_hook": "hookimpls",
     "stream_device_count": "behaviour",
     "event_class_per_instance": "behaviour",
+    "per_device_state_for_one": "router",
 }
 
 

@@ -383,7 +383,8 @@ def check_router(plugin) -> str:
             active = router.active()
             done = ["use", "properties"]
             if _supported(active.memory, "memory_allocated"):
-                assert isinstance(torchdevice.memory_allocated(), int)
+                for index in range(count):  # every device: per-device state sized for one shows here
+                    assert isinstance(torchdevice.memory_allocated(index), int), f"memory_allocated({index}) is not an int"
                 done.append("memory_allocated")
             if _supported(active.streams, "synchronize"):
                 torchdevice.synchronize()
@@ -392,12 +393,16 @@ def check_router(plugin) -> str:
                 torchdevice.current_stream()
                 done.append("current_stream")
             if _supported(active.rng, "get_rng_state") and _supported(active.rng, "set_rng_state"):
-                state = torchdevice.get_rng_state().clone()
-                if _supported(active.rng, "manual_seed"):
-                    torchdevice.manual_seed(12345)  # move the generator, so a set_rng_state that does nothing shows
-                torchdevice.set_rng_state(state)
-                assert torch.equal(torchdevice.get_rng_state(), state), "get_rng_state after set_rng_state differs"
-                done.append("rng round trip")
+                for index in range(count):
+                    state = torchdevice.get_rng_state(index).clone()
+                    if _supported(active.rng, "manual_seed_all"):
+                        torchdevice.manual_seed_all(12345)  # move the generators, so a set_rng_state that does nothing shows
+                    elif _supported(active.rng, "manual_seed"):
+                        torchdevice.manual_seed(12345)
+                    torchdevice.set_rng_state(state, index)
+                    assert torch.equal(torchdevice.get_rng_state(index), state), (
+                        f"get_rng_state({index}) after set_rng_state(state, {index}) differs")
+                done.append(f"rng round trip on {count} device(s)")
         return "selected on request; " + ", ".join(done)
 
 
