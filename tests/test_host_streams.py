@@ -135,8 +135,11 @@ def test_subclassing_host_stream_ops_pairs_its_stream_and_event(on_cpu):
 
     assert KeepsItsOwn.event_class() is OwnEvent and BoundEvent.stream_class is streams.HostStream
 
-    class EventOnly(streams.HostStreamOps):  # the base Stream is never re-paired
-        Event = ChipEvent
+    # a family whose Stream and Event belong to different backends is refused where it is defined
+    # (the base Stream is never re-paired either way)
+    with pytest.raises(TypeError, match="Stream HostStream belongs to backend 'cpu' but Event .*ChipEvent to backend 'pairchip'"):
+        class EventOnly(streams.HostStreamOps):
+            Event = ChipEvent
 
     assert streams.HostStream.event_class() is streams.HostEvent and ChipEvent.stream_class is ChipStream
 

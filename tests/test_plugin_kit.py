@@ -217,3 +217,15 @@ def test_registered_displaces_and_restores_an_installed_plugin():
         assert not plugins.pm.has_plugin(installed[0]) or plugins.pm.get_plugin(installed[0]) is substitute
     assert plugins.pm.has_plugin(installed[0]) and plugins.pm.get_plugin(installed[0]) is not substitute
     assert torchdevice.current_backend() != "cuda"
+
+
+def test_docs_say_what_cpumemory_counts():
+    # CPUMemory.memory_allocated is c10's count of live CPU tensor bytes (its own tag says so); the
+    # plugin docs once called it the resident set size, which is only its memory_reserved
+    from torchdevice.cpu import CPUMemory, allocation_source
+
+    assert "c10" in status_of(CPUMemory("kitfake"), "memory_allocated")[1]
+    tutorial = (DOCS.parent / "tutorial.md").read_text()
+    for text in (DOCS.read_text(), tutorial):
+        assert "c10's own" in text and "resident set size (`CPUMemory`" not in text
+    assert allocation_source() in {"c10", "mallinfo2", "malloc_zone_statistics", "VmRSS", "none"}

@@ -260,11 +260,17 @@ class MemoryOps(Ops):
 
     ``index`` is a valid device index of the backend. Figures are what the
     backend's allocator (or, for host tensors, the OS) reports; a figure the
-    backend cannot honour stays unsupported rather than invented. Three
-    honest choices for a backend whose tensors are host tensors: the
-    process's resident set size (:class:`torchdevice.cpu.CPUMemory`), bytes
-    the plugin counts itself, or ``memory_allocated`` tagged ``noop``/left
-    unsupported to say memory is not tracked.
+    backend cannot honour stays unsupported rather than invented. A backend
+    whose tensors are host tensors gets no call when one is allocated (under
+    translation they are plain ``cpu`` tensors from torch's CPU allocator,
+    which has no Python hook), so it cannot count them one by one. Its
+    honest choices: :class:`torchdevice.cpu.CPUMemory` (the bytes of every
+    live CPU tensor storage of the process, from c10's own counter, and the
+    resident set size as ``memory_reserved``; subclass it to change what
+    differs), bytes a runtime of its own counts (memory that runtime
+    allocates itself), or ``memory_allocated`` tagged ``noop``/left
+    unsupported to say memory is not tracked. A figure that never moves is
+    caught by the kit.
     """
 
     family = "memory"

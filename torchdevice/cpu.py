@@ -306,7 +306,7 @@ class CPUMemory(MemoryOps):
             with self._lock:
                 self._rss_peak = found[0] if found is not None else None
 
-    @noop("the CPU backend keeps no accumulated counters (memory_stats' allocated/freed totals are 0)")
+    @noop("torch's CPU allocator keeps no accumulated counters (memory_stats' allocated/freed totals are 0)")
     def reset_accumulated_memory_stats(self, index: int) -> None:
         return None
 
@@ -438,7 +438,7 @@ class CPUMemory(MemoryOps):
         except UnsupportedError:
             used = self._allocated("list_gpu_processes")
         return (f"GPU:{index}\nprocess {os.getpid():>10d} uses {used / (1024 * 1024):>12.3f} MB GPU memory\n"
-                "(torchdevice cpu backend: this process only; the host's other processes are not listed)")
+                f"(torchdevice {self.backend} backend: this process only; the host's other processes are not listed)")
 
 
 _CPU_MARK = (time.monotonic(), sum(os.times()[:2]))
@@ -451,7 +451,7 @@ class CPURNG(RNGOps):
     def manual_seed(self, seed: int) -> None:
         torch.default_generator.manual_seed(int(seed))
 
-    @native("one device: the same as manual_seed")
+    @native("torch.default_generator.manual_seed: every device shares torch's one host generator")
     def manual_seed_all(self, seed: int) -> None:
         torch.default_generator.manual_seed(int(seed))
 
@@ -459,7 +459,7 @@ class CPURNG(RNGOps):
     def seed(self) -> None:
         torch.default_generator.seed()
 
-    @native("one device: the same as seed")
+    @native("torch.default_generator.seed: every device shares torch's one host generator")
     def seed_all(self) -> None:
         torch.default_generator.seed()
 

@@ -64,7 +64,7 @@ STATUS_ORDER = (Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, 
 LEGEND = {
     Status.NATIVE: "passed through to torch untouched (or the backend's own function of that name)",
     Status.TRANSLATED: "the backend's real equivalent, under another name or shape",
-    Status.EMULATED: "the real semantics, implemented by torchdevice",
+    Status.EMULATED: "the real semantics, implemented by torchdevice or the backend's plugin",
     Status.NOOP: "does nothing, because doing nothing is the correct semantics on that backend",
     Status.UNSUPPORTED: "raises torchdevice.UnsupportedError naming the function, the backend and what to use instead",
 }

@@ -27,7 +27,7 @@ from .errors import ConfigError, UnsupportedError
 from .vocabulary import RealDevice, index_in, parse_index  # noqa: F401  (index_in: re-exported, its old home)
 
 _state = threading.local()
-_default_streams: dict[tuple[str, int], "HostStream"] = {}
+_default_streams: dict[tuple[type, int], "HostStream"] = {}
 _default_lock = threading.Lock()
 
 
@@ -281,7 +281,7 @@ class HostEvent(EventInterface):
 
 
 def default_stream_of(stream_class: type[HostStream], index: int) -> HostStream:
-    key = (stream_class.backend, index)
+    key = (stream_class, index)  # per class: a backend name re-resolved with another Stream class gets its own
     stream = _default_streams.get(key)
     if stream is None:
         with _default_lock:
@@ -296,7 +296,8 @@ _stream_classes: dict[str, type[HostStream]] = {}
 
 def current_stream_of(backend: str, index: int) -> HostStream:
     stream = _stacks().get((backend, index))
-    if stream is None:
+    cls = _stream_classes.get(backend)
+    if stream is None or (cls is not None and not isinstance(stream, cls)):  # none, or an earlier resolution's
         stream = default_stream_of(_stream_classes[backend], index)
     return stream
 
@@ -321,6 +322,14 @@ class HostStreamOps(StreamOps):
         # Event.record() defaults to this Stream), unless a class already says otherwise.
         super().__init_subclass__(**kwargs)
         stream, event = cls.Stream, cls.Event
+        if (isinstance(stream, type) and issubclass(stream, HostStream) and isinstance(event, type)
+                and issubclass(event, HostEvent) and stream.backend != event.backend):
+            # an Event left as another backend's (HostEvent is the cpu backend's) would record on that
+            # backend's streams and not be the namespace's Event of this one: refuse at definition
+            raise TypeError(
+                f"{cls.__qualname__}: Stream {stream.__qualname__} belongs to backend {stream.backend!r} but "
+                f"Event {event.__qualname__} to backend {event.backend!r}; subclass HostEvent with "
+                f"backend = {stream.backend!r} and set it as Event of {cls.__qualname__}, next to Stream")
         if stream is not HostStream and "_event_class" not in vars(stream) and "event_class" not in vars(stream):
             stream._event_class = event
         if event is not HostEvent and "stream_class" not in vars(event):
@@ -330,7 +339,7 @@ class HostStreamOps(StreamOps):
         super().__init__(backend)
         # Per-thread state is keyed by the stream classes' backend: a plugin reusing another
         # backend's classes (CPUStreams under its own name) shares that state consistently.
-        _stream_classes.setdefault(self.Stream.backend, self.Stream)
+        _stream_classes[self.Stream.backend] = self.Stream  # the latest resolution's class: see current_stream_of
 
     @emulated("per-thread current device, as CUDA's")
     def current_device(self) -> int:

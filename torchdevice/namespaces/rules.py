@@ -123,7 +123,7 @@ def stream_class_rule(attr: str) -> Rule:
         base = HostStream if attr == "Stream" else HostEvent
         if isinstance(cls, type) and issubclass(cls, base):
             return EMULATED, (
-                f"{cls.__qualname__}: host-synchronous {attr.lower()} implemented by torchdevice "
+                f"{cls.__qualname__}: host-synchronous {attr.lower()} built on torchdevice.streams.{base.__name__} "
                 "(work is complete when its call returns; timing by the host clock)"
             )
         return TRANSLATED, f"the backend's own {attr} class ({cls.__module__}.{cls.__qualname__})"

@@ -193,10 +193,10 @@ def check_tags(plugin) -> str:
 
 
 def check_unsupported(plugin) -> str:
-    """Every operation tagged unsupported raises UnsupportedError naming the backend."""
-    _available(plugin)
+    """Every operation tagged unsupported raises UnsupportedError naming the backend; checked without
+    hardware too (raising needs no device)."""
     name, checked = _spec(plugin).name, 0
-    for family, ops in _families(plugin).items():
+    for family, ops in _families_without_hardware(plugin).items():
         for op in type(ops).operations():
             if status_of(ops, op)[0] is not Status.UNSUPPORTED:
                 continue
@@ -276,6 +276,46 @@ def _check_per_thread(active, count: int) -> str:
     return ", ".join(done)
 
 
+def _check_streams_every_index(active, device_type: str) -> str:
+    """Streams of every device index, and the Stream/Event classes translated code sees."""
+    import torchdevice
+
+    streams, count = active.streams, active.device_count
+    if streams.Stream is None or not all(_supported(streams, op) for op in ("current_stream", "default_stream")):
+        return ""
+    for index in range(count):
+        try:
+            made = torchdevice.Stream(device=index)
+        except Exception as exc:
+            raise AssertionError(
+                f"Stream(device={index}) raised {type(exc).__name__}: {exc}, but the backend has {count} devices "
+                "(give the Stream class the backend's device count)") from None
+        for what, stream in ((f"Stream(device={index})", made), (f"current_stream({index})", torchdevice.current_stream(index)),
+                             (f"default_stream({index})", torchdevice.default_stream(index))):
+            assert stream.device_index == index, f"{what}.device_index is {stream.device_index!r}, not {index}"
+    source = next(s for s in SOURCE_FAMILIES if s != device_type)
+    done = f"streams of all {count} device(s)"
+    with torchdevice.patched():  # what a program written for another family sees
+        ns = getattr(torch, source)
+        if getattr(ns, "Stream", None) is None or getattr(ns, "Event", None) is None:
+            return done
+        for index in range(count):
+            tensor = torch.ones(1, device=f"{source}:{index}")
+            stream = ns.Stream(device=index)
+            assert stream.device == tensor.device, (
+                f"torch.{source}.Stream(device={index}).device is {stream.device}, but a tensor made on "
+                f"'{source}:{index}' is on {tensor.device}: they must agree")
+        current = ns.current_stream()
+        assert isinstance(current, ns.Stream), f"torch.{source}.current_stream() is not a torch.{source}.Stream: {current!r}"
+        recorded = current.record_event()
+        assert isinstance(recorded, ns.Event), (
+            f"torch.{source}.current_stream().record_event() made {recorded!r}, not a torch.{source}.Event")
+        event = ns.Event()
+        event.record()  # on the current stream: the backend's own, not another backend's
+        event.synchronize()
+    return done + f", torch.{source}.Stream/Event under translation"
+
+
 def _check_memory_moves(active, device_type: str) -> str:
     import torchdevice
 
@@ -297,7 +337,8 @@ def _check_memory_moves(active, device_type: str) -> str:
 
 def check_behaviour(plugin) -> str:
     """What a plugin can get wrong behind correct types: event timing units, Event/Stream classes,
-    per-thread current device and stream, memory figures that move with the backend's tensors."""
+    per-thread current device and stream, streams of every device index (agreeing with the tensors'
+    device), memory figures that move with the backend's tensors."""
     import torchdevice
 
     spec = _spec(plugin)
@@ -308,6 +349,7 @@ def check_behaviour(plugin) -> str:
         if all(_supported(active.streams, op) for op in ("current_stream", "synchronize")):
             done.append(_check_event_timing(active))
         done.append(_check_per_thread(active, active.device_count))
+        done.append(_check_streams_every_index(active, spec.device_type))
         done.append(_check_memory_moves(active, spec.device_type))
     return "; ".join(d for d in done if d)
 
@@ -341,7 +383,8 @@ def check_router(plugin) -> str:
             active = router.active()
             done = ["use", "properties"]
             if _supported(active.memory, "memory_allocated"):
-                assert isinstance(torchdevice.memory_allocated(), int)
+                for index in range(count):  # every device: per-device state sized for one shows here
+                    assert isinstance(torchdevice.memory_allocated(index), int), f"memory_allocated({index}) is not an int"
                 done.append("memory_allocated")
             if _supported(active.streams, "synchronize"):
                 torchdevice.synchronize()
@@ -350,12 +393,16 @@ def check_router(plugin) -> str:
                 torchdevice.current_stream()
                 done.append("current_stream")
             if _supported(active.rng, "get_rng_state") and _supported(active.rng, "set_rng_state"):
-                state = torchdevice.get_rng_state().clone()
-                if _supported(active.rng, "manual_seed"):
-                    torchdevice.manual_seed(12345)  # move the generator, so a set_rng_state that does nothing shows
-                torchdevice.set_rng_state(state)
-                assert torch.equal(torchdevice.get_rng_state(), state), "get_rng_state after set_rng_state differs"
-                done.append("rng round trip")
+                for index in range(count):
+                    state = torchdevice.get_rng_state(index).clone()
+                    if _supported(active.rng, "manual_seed_all"):
+                        torchdevice.manual_seed_all(12345)  # move the generators, so a set_rng_state that does nothing shows
+                    elif _supported(active.rng, "manual_seed"):
+                        torchdevice.manual_seed(12345)
+                    torchdevice.set_rng_state(state, index)
+                    assert torch.equal(torchdevice.get_rng_state(index), state), (
+                        f"get_rng_state({index}) after set_rng_state(state, {index}) differs")
+                done.append(f"rng round trip on {count} device(s)")
         return "selected on request; " + ", ".join(done)
 
 

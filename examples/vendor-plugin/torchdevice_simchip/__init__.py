@@ -9,9 +9,9 @@ What it simulates, and what each family does:
 * devices: ``SIMCHIP_DEVICES`` (default 2) devices, all of them the host, so
   tensors live on torch's ``cpu`` device type; availability comes from
   ``SIMCHIP_AVAILABLE`` (default on), with a reason either way;
-* memory: the host's figures (:class:`torchdevice.cpu.CPUMemory`: resident set
-  size, ``/proc/meminfo``); ``mem_get_info`` divides the host's memory among the
-  simulated devices, so each device reports its share (emulated);
+* memory: the host's figures (:class:`torchdevice.cpu.CPUMemory`: bytes of live
+  CPU tensor storages from c10's counter, resident set size, ``/proc/meminfo``);
+  ``mem_get_info`` divides the host's memory among the simulated devices, so each device reports its share (emulated);
 * streams/events: host-synchronous streams (:mod:`torchdevice.streams`), with a
   per-thread current device among the simulated ones;
 * RNG: torch's host generator (:class:`torchdevice.cpu.CPURNG`), shared by

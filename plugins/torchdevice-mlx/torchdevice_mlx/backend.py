@@ -391,7 +391,7 @@ class MLXRNG(CPURNG):
         torch.default_generator.manual_seed(seed)
         mx().random.seed(seed % 2**64)
 
-    @translated("one device: the same as manual_seed")
+    @translated("the same as manual_seed: every device shares torch's host generator and MLX's key")
     def manual_seed_all(self, seed: int) -> None:
         self.manual_seed(seed)
 
@@ -399,7 +399,7 @@ class MLXRNG(CPURNG):
     def seed(self) -> None:
         mx().random.seed(torch.default_generator.seed() % 2**64)
 
-    @translated("one device: the same as seed")
+    @translated("the same as seed: every device shares torch's host generator and MLX's key")
     def seed_all(self) -> None:
         self.seed()
 
