@@ -14,7 +14,6 @@ the code, never kept by hand.
 from __future__ import annotations
 
 import abc
-import enum
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar, cast
@@ -23,84 +22,17 @@ import torch
 
 from .errors import UnsupportedError
 from .hookspecs import hookimpl
-
-# -- statuses -------------------------------------------------------------------
-
-
-class Status(str, enum.Enum):
-    """How a backend honours one API function."""
-
-    NATIVE = "native"  #: the backend's own function with the same meaning, passed through
-    TRANSLATED = "translated"  #: the backend's real equivalent under another name or shape
-    EMULATED = "emulated"  #: real semantics implemented by torchdevice or the plugin
-    NOOP = "no-op"  #: doing nothing is the correct semantics on this backend
-    UNSUPPORTED = "unsupported"  #: raises UnsupportedError
-
-    def __str__(self) -> str:
-        return self.value
-
-
-STATUS_ATTR = "__torchdevice_status__"
-
-
-def _tag(status: Status, note: str) -> Callable:
-    def mark(fn):
-        setattr(fn, STATUS_ATTR, (status, note))
-        return fn
-
-    return mark
-
-
-def native(note: str = "") -> Callable:
-    """Tag an operation as a pass-through to the backend's own function."""
-    return _tag(Status.NATIVE, note)
-
-
-def translated(note: str = "") -> Callable:
-    """Tag an operation as the backend's real equivalent of the API function."""
-    return _tag(Status.TRANSLATED, note)
-
-
-def emulated(note: str = "") -> Callable:
-    """Tag an operation whose semantics torchdevice implements itself."""
-    return _tag(Status.EMULATED, note)
-
-
-def noop(note: str = "") -> Callable:
-    """Tag an operation for which doing nothing is the correct semantics."""
-    return _tag(Status.NOOP, note)
-
-
-def unsupported(op: str, instead: str = "") -> Callable:
-    """Build an operation that raises UnsupportedError naming ``op`` and the backend."""
-
-    def operation(self, *args, **kwargs):
-        raise UnsupportedError(op, self.backend, instead)
-
-    operation.__name__ = op
-    operation.__doc__ = f"Not supported: {instead}" if instead else "Not supported."
-    setattr(operation, STATUS_ATTR, (Status.UNSUPPORTED, instead))
-    return operation
-
-
-def status_of(ops: Any, op: str) -> tuple[Status, str]:
-    """Return ``(Status, note)`` for operation ``op`` of an ops object.
-
-    An operation that is missing, or not tagged, is reported as unsupported
-    and untagged respectively, so a forgotten tag cannot pass as "native".
-    """
-    fn = getattr(type(ops), op, None)
-    if fn is None:
-        fn = getattr(ops, op, None)
-    if fn is None:
-        return Status.UNSUPPORTED, "not implemented by this backend"
-    tag = getattr(fn, STATUS_ATTR, None)
-    if tag is None:
-        tag = getattr(getattr(fn, "__func__", None), STATUS_ATTR, None)
-    if tag is None:
-        return Status.TRANSLATED, "implemented by the backend (untagged)"
-    return tag
-
+from .status import (  # noqa: F401  (the tags are defined in torchdevice.status; plugins import them from here)
+    STATUS_ATTR,
+    Status,
+    _tag,
+    emulated,
+    native,
+    noop,
+    status_of,
+    translated,
+    unsupported,
+)
 
 # -- declarations ---------------------------------------------------------------
 
