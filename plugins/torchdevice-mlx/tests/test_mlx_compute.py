@@ -136,6 +136,24 @@ def test_data_comes_back(mlx_cuda):
     assert torch.load(buffer)["x"].tolist() == x.tolist()
 
 
+def _printed(device):
+    torch.manual_seed(0)
+    m = nn.Linear(3, 2).to(device)
+    x = torch.randn(4, 3, device=device)
+    loss = m(x).pow(2).mean()
+    return [str(loss), repr(m.bias), str(m.weight * 2), str(x.half()), str(x.long()), str(x > 0),
+            str(torch.randn(200, 300, device=device).requires_grad_()), str(torch.zeros(0, 3, device=device)),
+            f"{loss:.4f}", f"{x.sum():e}", f"{loss.detach():>10.3f}", f"{x}"]
+
+
+def test_printing_and_formatting_match_native_cpu():
+    # a training loop's print(loss) / f"{loss:.4f}" print what the program's CPU run prints
+    native = _printed("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _printed("cuda")
+    assert translated == native
+
+
 def test_cpu_leaves_mlx_outside_translation_too():
     x = MLXTensor.from_torch(torch.arange(3.0))
     assert type(x.cpu()) is torch.Tensor and type(x.to("cpu")) is torch.Tensor
