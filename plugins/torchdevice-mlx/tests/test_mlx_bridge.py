@@ -10,7 +10,7 @@ import torch
 from torchdevice_mlx import from_mlx, to_mlx
 
 PAIRS = [
-    (torch.float32, mx.float32), (torch.float16, mx.float16), (torch.bfloat16, mx.bfloat16),
+    (torch.float32, mx.float32), (torch.float64, mx.float64), (torch.float16, mx.float16), (torch.bfloat16, mx.bfloat16),
     (torch.int64, mx.int64), (torch.int32, mx.int32), (torch.uint8, mx.uint8), (torch.bool, mx.bool_),
     (torch.complex64, mx.complex64),
 ]

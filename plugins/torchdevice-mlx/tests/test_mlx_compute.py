@@ -398,3 +398,18 @@ def test_lazy_writes_are_counted_by_memory_allocated(mlx_cuda):
     y = x * 3
     assert torch.cuda.memory_allocated() - before >= 2 * 64 * MIB
     del x, y
+
+
+def _float64_run(device):
+    torch.manual_seed(0)
+    drawn = torch.empty(5, device=device, dtype=torch.float64).uniform_(-1, 1)
+    after = torch.randn(4, device=device)  # the generator advanced as natively
+    third = torch.tensor([1 / 3], device=device, dtype=torch.float64)
+    return drawn.dtype, third.dtype, drawn.tolist(), after.tolist(), third.item(), (third * 3 - 1).item()
+
+
+def test_float64_stays_float64_and_draws_as_natively():
+    native = _float64_run("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _float64_run("cuda")
+    assert translated == native

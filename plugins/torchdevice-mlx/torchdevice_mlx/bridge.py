@@ -33,6 +33,10 @@ def to_mlx(tensor: torch.Tensor):
     if data.device.type != "cpu":
         data = data.cpu()
     data = data.resolve_conj().resolve_neg()
+    if data.dtype == torch.float64:
+        # MLX's DLPack import turns float64 into float32: through NumPy with the dtype named
+        core = mx()
+        return core.array(data.contiguous().numpy(), dtype=core.float64)
     return mx().from_dlpack(data, copy=True)
 
 
