@@ -34,12 +34,14 @@ class MLP(nn.Module):
 class CNN(nn.Module):
     def __init__(self):
         super().__init__()
+        # no conv bias before a BatchNorm (as ResNets): the norm cancels it, so its gradient is rounding
+        # noise, which AdamW scales to full steps -- eval-mode outputs would then depend on that noise
         self.features = nn.Sequential(
             nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
             nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, stride=1, padding=1), nn.BatchNorm2d(32), nn.ReLU(inplace=True),
+            nn.Conv2d(16, 32, 3, stride=1, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(inplace=True),
             nn.AvgPool2d(2),
-            nn.Conv2d(32, 32, 3, padding=1, groups=2), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.Conv2d(32, 32, 3, padding=1, groups=2, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
             nn.AdaptiveAvgPool2d(1))
         self.head = nn.Sequential(nn.Flatten(), nn.Dropout(0.2), nn.Linear(32, 10))
 
