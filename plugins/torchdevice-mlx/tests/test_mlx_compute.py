@@ -413,3 +413,22 @@ def test_float64_stays_float64_and_draws_as_natively():
     with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
         translated = _float64_run("cuda")
     assert translated == native
+
+
+def _converted_module(device):
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 2)).to(device)
+    model.to(torch.bfloat16)  # Module._apply assigns param.data
+    x = torch.randn(4, 8, device=device, dtype=torch.bfloat16)
+    half = nn.Linear(3, 3).to(device).half()
+    back = nn.Linear(3, 3).to(device).double().float()
+    return ([p.dtype for p in model.parameters()], model(x).float().tolist(), half.weight.dtype,
+            half(torch.ones(1, 3, device=device, dtype=torch.float16)).dtype, back.weight.dtype, back.weight.tolist())
+
+
+def test_module_dtype_conversion_converts_the_mlx_data():
+    # Module.to(dtype)/.half() assign param.data: the MLX array must follow the tensor's new dtype
+    native = _converted_module("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _converted_module("cuda")
+    assert translated == native

@@ -198,6 +198,7 @@ def evaluate_pending() -> int:
 # -- the tensor -------------------------------------------------------------
 
 _wrapper = torch.Tensor._make_wrapper_subclass
+_DATA = torch._C.TensorBase.__dict__["data"]  # torch's own Tensor.data getter/setter
 
 
 class MLXTensor(torch.Tensor):
@@ -286,6 +287,26 @@ class MLXTensor(torch.Tensor):
         if self.dim() == 0:
             return self.item().__format__(format_spec)
         return object.__format__(self, format_spec)
+
+    @property
+    def data(self):
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # torch's setter swaps only the C++ tensor (size, dtype ...): the MLX array, kept on the Python
+        # object, is taken from ``new`` too (Module.half()/.to(dtype)/.float() assign param.data so)
+        if not isinstance(new, MLXTensor):
+            new = MLXTensor.from_torch(new.detach())
+        _DATA.__set__(self, new)
+        for name in ("_base_t", "_chain", "_seen", "_root"):
+            if name in new.__dict__:
+                setattr(self, name, new.__dict__[name])
+            else:
+                self.__dict__.pop(name, None)
+        self._mx = new._mx
+        if self._base_t is None:
+            _track(self)
 
     def __reduce_ex__(self, proto):
         # torch.save / pickle: saved as a plain host tensor, so checkpoints load without
