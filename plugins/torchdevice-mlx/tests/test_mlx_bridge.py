@@ -10,7 +10,7 @@ import torch
 from torchdevice_mlx import from_mlx, to_mlx
 
 PAIRS = [
-    (torch.float32, mx.float32), (torch.float16, mx.float16), (torch.bfloat16, mx.bfloat16),
+    (torch.float32, mx.float32), (torch.float64, mx.float64), (torch.float16, mx.float16), (torch.bfloat16, mx.bfloat16),
     (torch.int64, mx.int64), (torch.int32, mx.int32), (torch.uint8, mx.uint8), (torch.bool, mx.bool_),
     (torch.complex64, mx.complex64),
 ]
@@ -92,3 +92,20 @@ def test_from_mlx_of_negative_stride_views():
     assert from_mlx(a[:, ::-2], copy=True).tolist() == [[2, 0], [5, 3]]
     assert from_mlx(a.astype(mx.bfloat16)[::-1]).float().tolist() == [[3, 4, 5], [0, 1, 2]]
     assert from_mlx(mx.broadcast_to(mx.array([1.0, 2.0]), (3, 2))).tolist() == [[1.0, 2.0]] * 3
+
+
+def test_from_mlx_of_an_element_of_a_larger_buffer():
+    """MLX exports a 0-d element with a DLPack byte offset, which torch refuses; bfloat16 has no NumPy dtype."""
+    for mdtype, tdtype in ((mx.bfloat16, torch.bfloat16), (mx.float16, torch.float16), (mx.float32, torch.float32)):
+        array = mx.arange(6).astype(mdtype)
+        for element in (array[2:3].reshape(()), mx.squeeze(mx.split(array, 3)[1][:1]), mx.take(array, 2)):
+            tensor = from_mlx(element)
+            assert tensor.dtype == tdtype and tensor.shape == () and tensor.item() == 2.0
+            assert from_mlx(element, copy=True).item() == 2.0
+
+
+def test_from_mlx_of_bfloat16_is_zero_copy():
+    array = mx.arange(12).reshape(3, 4).astype(mx.bfloat16)
+    first, second = from_mlx(array), from_mlx(array)
+    assert first.dtype == torch.bfloat16 and first.data_ptr() == second.data_ptr()
+    assert first.tolist() == [[float(4 * r + c) for c in range(4)] for r in range(3)]

@@ -136,6 +136,24 @@ def test_data_comes_back(mlx_cuda):
     assert torch.load(buffer)["x"].tolist() == x.tolist()
 
 
+def _printed(device):
+    torch.manual_seed(0)
+    m = nn.Linear(3, 2).to(device)
+    x = torch.randn(4, 3, device=device)
+    loss = m(x).pow(2).mean()
+    return [str(loss), repr(m.bias), str(m.weight * 2), str(x.half()), str(x.long()), str(x > 0),
+            str(torch.randn(200, 300, device=device).requires_grad_()), str(torch.zeros(0, 3, device=device)),
+            f"{loss:.4f}", f"{x.sum():e}", f"{loss.detach():>10.3f}", f"{x}"]
+
+
+def test_printing_and_formatting_match_native_cpu():
+    # a training loop's print(loss) / f"{loss:.4f}" print what the program's CPU run prints
+    native = _printed("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _printed("cuda")
+    assert translated == native
+
+
 def test_cpu_leaves_mlx_outside_translation_too():
     x = MLXTensor.from_torch(torch.arange(3.0))
     assert type(x.cpu()) is torch.Tensor and type(x.to("cpu")) is torch.Tensor
@@ -380,3 +398,37 @@ def test_lazy_writes_are_counted_by_memory_allocated(mlx_cuda):
     y = x * 3
     assert torch.cuda.memory_allocated() - before >= 2 * 64 * MIB
     del x, y
+
+
+def _float64_run(device):
+    torch.manual_seed(0)
+    drawn = torch.empty(5, device=device, dtype=torch.float64).uniform_(-1, 1)
+    after = torch.randn(4, device=device)  # the generator advanced as natively
+    third = torch.tensor([1 / 3], device=device, dtype=torch.float64)
+    return drawn.dtype, third.dtype, drawn.tolist(), after.tolist(), third.item(), (third * 3 - 1).item()
+
+
+def test_float64_stays_float64_and_draws_as_natively():
+    native = _float64_run("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _float64_run("cuda")
+    assert translated == native
+
+
+def _converted_module(device):
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 2)).to(device)
+    model.to(torch.bfloat16)  # Module._apply assigns param.data
+    x = torch.randn(4, 8, device=device, dtype=torch.bfloat16)
+    half = nn.Linear(3, 3).to(device).half()
+    back = nn.Linear(3, 3).to(device).double().float()
+    return ([p.dtype for p in model.parameters()], model(x).float().tolist(), half.weight.dtype,
+            half(torch.ones(1, 3, device=device, dtype=torch.float16)).dtype, back.weight.dtype, back.weight.tolist())
+
+
+def test_module_dtype_conversion_converts_the_mlx_data():
+    # Module.to(dtype)/.half() assign param.data: the MLX array must follow the tensor's new dtype
+    native = _converted_module("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = _converted_module("cuda")
+    assert translated == native

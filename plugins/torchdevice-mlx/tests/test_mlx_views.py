@@ -133,3 +133,31 @@ def test_views_keep_autograd_right():
 
     (g1, y1), (g2, y2) = run(lambda t: t), run(MLXTensor.from_torch)
     assert torch.equal(g1, g2) and torch.equal(y1, y2)
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_views_of_normal_tensors_in_inference_mode(name):
+    # a view of a normal tensor made under inference_mode is a normal tensor sharing its base's version
+    # counter (a model's eval forward under inference_mode views its inputs and parameters)
+    def run(conv):
+        x = conv(torch.arange(20.0).reshape(4, 5))
+        with torch.inference_mode():
+            v = VIEWS[name](x)
+            out = (v * 2).cpu()
+            inference = v.is_inference()
+        return out, inference, v.cpu()
+
+    (o1, i1, v1), (o2, i2, v2) = run(lambda t: t), run(MLXTensor.from_torch)
+    assert torch.equal(o1, o2) and torch.equal(v1, v2) and i1 == i2
+
+
+def test_writes_in_inference_mode_through_a_view_of_a_normal_tensor():
+    def run(conv):
+        x = conv(torch.arange(6.0))
+        with torch.inference_mode():
+            x.view(2, 3)[0, 0] = 100.0
+            x[4:].mul_(2)
+        return x.cpu(), x._version
+
+    assert run(lambda t: t)[0].tolist() == run(MLXTensor.from_torch)[0].tolist()
+    assert run(lambda t: t)[1] == run(MLXTensor.from_torch)[1]

@@ -5,8 +5,10 @@
   array is evaluated first; the tensor keeps its buffer alive after the array
   is gone. MLX arrays are immutable by contract: writing into the tensor
   changes the array too, so write into ``from_mlx(a).clone()`` instead.
-  ``copy=True`` returns an independent copy instead. Where MLX cannot export
-  DLPack for an array, it is copied through NumPy.
+  ``copy=True`` returns an independent copy instead. Where torch cannot import
+  MLX's DLPack export (a 0-d element of a larger buffer), the tensor views the
+  array through NumPy's buffer protocol instead, also without a copy; bfloat16
+  is zero-copy too (viewed as uint16, then as bfloat16).
 * :func:`to_mlx` (torch -> MLX) **always copies** (~350-600 us per 10^6
   float32 on mlx[cpu]): MLX refuses to import host memory it did not allocate
   without a copy ("Cannot import a CPU array without a copy"), so the copy is
@@ -31,6 +33,10 @@ def to_mlx(tensor: torch.Tensor):
     if data.device.type != "cpu":
         data = data.cpu()
     data = data.resolve_conj().resolve_neg()
+    if data.dtype == torch.float64:
+        # MLX's DLPack import turns float64 into float32: through NumPy with the dtype named
+        core = mx()
+        return core.array(data.contiguous().numpy(), dtype=core.float64)
     return mx().from_dlpack(data, copy=True)
 
 
@@ -48,18 +54,35 @@ def from_mlx(array, *, copy: bool = False) -> torch.Tensor:
     try:
         tensor = torch.from_dlpack(array)
     except (TypeError, RuntimeError, BufferError, ValueError):
-        import numpy  # no DLPack export for this array: copy
-
-        return torch.from_numpy(numpy.array(array, copy=True))
+        # torch's DLPack import refuses some arrays MLX exports (a 0-d element of a larger buffer has a byte
+        # offset): read through the buffer protocol instead, still without a copy
+        tensor = _through_buffer(array)
     return tensor.clone() if copy else tensor
 
 
-def _negative_strides(array) -> bool:
-    """Whether evaluated ``array`` has a negative stride (read through NumPy's zero-copy view; where NumPy has
-    no such dtype, bfloat16, assumed so)."""
+def _numpy_view(array):
+    """A NumPy array viewing evaluated ``array``'s memory (bfloat16, which NumPy lacks, as uint16)."""
     import numpy
 
+    core = mx()
+    if array.dtype == core.bfloat16:
+        array = core.view(array, core.uint16)  # a bit cast: same buffer, strides and offset
+        core.eval(array)
+    return numpy.asarray(array)
+
+
+def _through_buffer(array) -> torch.Tensor:
+    view = _numpy_view(array)
+    if not view.flags.writeable:  # torch warns on read-only NumPy memory: a copy, which it may write
+        view = view.copy()
+    tensor = torch.from_numpy(view)
+    return tensor.view(torch.bfloat16) if array.dtype == mx().bfloat16 else tensor
+
+
+def _negative_strides(array) -> bool:
+    """Whether evaluated ``array`` has a negative stride (read through NumPy's zero-copy view; where NumPy
+    cannot view it, assumed so)."""
     try:
-        return any(s < 0 for s in numpy.asarray(array).strides)
+        return any(s < 0 for s in _numpy_view(array).strides)
     except (TypeError, ValueError, RuntimeError):
         return True

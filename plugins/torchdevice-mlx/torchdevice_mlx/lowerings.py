@@ -1061,6 +1061,17 @@ def _log_softmax(a, dim, half_to_float=False):
         return a
     if a.ndim == 0:
         return a - a
+    if a.dtype in (core.float16, core.bfloat16):
+        # torch's CPU kernel computes in float32 and rounds once, except that over the last dimension it
+        # keeps the sum of exponentials, and then its log, in the input's dtype: the same roundings here
+        half, f = a.dtype, a.astype(core.float32)
+        m = core.max(f, axis=dim, keepdims=True)
+        s = core.sum(core.exp(f - m), axis=dim, keepdims=True)
+        if dim in (-1, a.ndim - 1):
+            log_s = core.log(s.astype(half).astype(core.float32)).astype(half).astype(core.float32)
+        else:
+            log_s = core.log(s)
+        return (f - m - log_s).astype(half)
     return a - core.logsumexp(a, axis=dim, keepdims=True)
 
 
@@ -1631,3 +1642,9 @@ def _max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dil
     row_ids = core.broadcast_to(core.arange(rows).reshape(-1, 1), flat_idx.shape)
     out = core.zeros((rows, plane), dtype=grad.dtype).at[row_ids, flat_idx].add(grad.reshape(rows, -1))
     return out.reshape(x.shape)
+
+
+# half-precision ops computed in float32 and rounded once, as torch's kernels do (see opmath.py)
+from .opmath import apply as _apply_opmath  # noqa: E402 -- wraps the table built above
+
+_apply_opmath(LOWERINGS)

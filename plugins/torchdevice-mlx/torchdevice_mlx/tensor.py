@@ -198,6 +198,7 @@ def evaluate_pending() -> int:
 # -- the tensor -------------------------------------------------------------
 
 _wrapper = torch.Tensor._make_wrapper_subclass
+_DATA = torch._C.TensorBase.__dict__["data"]  # torch's own Tensor.data getter/setter
 
 
 class MLXTensor(torch.Tensor):
@@ -220,6 +221,13 @@ class MLXTensor(torch.Tensor):
             dtype = to_torch_dtype(array.dtype)
         if geometry is None:
             out = _wrapper(cls, array.shape, dtype=dtype, device=_CPU, requires_grad=requires_grad)
+        elif base is not None and torch.is_inference_mode_enabled() and not base.is_inference():
+            # a view of a normal tensor made in inference mode is a normal tensor sharing its base's version
+            # counter (torch's ADInplaceOrView sets it after this returns): made in inference mode it would be
+            # an inference tensor, which has none
+            with torch.inference_mode(False):
+                out = _wrapper(cls, geometry[0], strides=geometry[1], storage_offset=geometry[2], dtype=dtype,
+                               device=_CPU, requires_grad=requires_grad)
         else:
             size, stride, offset = geometry
             out = _wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=_CPU,
@@ -257,7 +265,48 @@ class MLXTensor(torch.Tensor):
         return torch_from_array(self.mx_array)
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        return f"MLXTensor({self.torch_cpu()!r})"
+        # printed as torch prints a host tensor (what the program's CPU run prints), with this tensor's
+        # grad_fn / requires_grad, not as torch prints a subclass ("MLXTensor(...)")
+        text = repr(self.torch_cpu())
+        grad_fn = self.grad_fn
+        if grad_fn is not None:
+            name = type(grad_fn).__name__
+            suffix = f"grad_fn=<{grad_fn.name().rsplit('::', 1)[-1] if name == 'CppFunction' else name}>"
+        elif self.requires_grad:
+            suffix = "requires_grad=True"
+        else:
+            suffix = ""
+        if suffix:
+            text = torch._tensor_str._add_suffixes(text[:-1], [suffix], len("tensor("), force_newline=False)
+        if isinstance(self, torch.nn.Parameter):
+            return "Parameter containing:\n" + text
+        return text
+
+    def __format__(self, format_spec: str) -> str:
+        # torch formats only its own 0-dim tensors as numbers (f"{loss:.4f}"); a subclass gets object's
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
+    @property
+    def data(self):
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # torch's setter swaps only the C++ tensor (size, dtype ...): the MLX array, kept on the Python
+        # object, is taken from ``new`` too (Module.half()/.to(dtype)/.float() assign param.data so)
+        if not isinstance(new, MLXTensor):
+            new = MLXTensor.from_torch(new.detach())
+        _DATA.__set__(self, new)
+        for name in ("_base_t", "_chain", "_seen", "_root"):
+            if name in new.__dict__:
+                setattr(self, name, new.__dict__[name])
+            else:
+                self.__dict__.pop(name, None)
+        self._mx = new._mx
+        if self._base_t is None:
+            _track(self)
 
     def __reduce_ex__(self, proto):
         # torch.save / pickle: saved as a plain host tensor, so checkpoints load without
