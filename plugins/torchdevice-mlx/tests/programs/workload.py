@@ -38,8 +38,6 @@ class CNN(nn.Module):
     # 1e-6) and moves the running mean, so eval-mode predictions would compare noise.
     def __init__(self):
         super().__init__()
-        # no conv bias before a BatchNorm (as ResNets): the norm cancels it, so its gradient is rounding
-        # noise, which AdamW scales to full steps -- eval-mode outputs would then depend on that noise
         self.features = nn.Sequential(
             nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
             nn.MaxPool2d(2),
