@@ -108,10 +108,12 @@ def test_mallinfo2_fallback_counts_untouched_allocations():
 
 
 def test_without_any_counter_memory_allocated_refuses(monkeypatch):
+    monkeypatch.setattr(cpu, "_allocation_counter", lambda: None)  # no source opens on this host
     memory = cpu.CPUMemory("cpu")
-    monkeypatch.setattr(memory, "_counter", None)
-    with pytest.raises(torchdevice.UnsupportedError):
-        memory.memory_allocated(0)
+    for query in (memory.memory_allocated, memory.max_memory_allocated, memory.memory_stats):
+        with pytest.raises(torchdevice.UnsupportedError):
+            query(0)
+    memory.reset_peak_memory_stats(0)  # an action with nothing to reset: the reserved peak still resets
 
 
 def test_memory_stats_has_cudas_keys(host):

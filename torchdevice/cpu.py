@@ -23,11 +23,12 @@ What the memory figures mean on CPU (``docs/memory.md`` has the full account):
   process's other ``malloc`` users; where neither exists, the resident set
   size. :func:`allocation_source` says which is in use, as does the note
   beside the figures in ``memory_stats`` (``cpu.source``).
-* ``max_memory_allocated`` is the highest ``memory_allocated`` torchdevice has
-  read since start or the last ``reset_peak_memory_stats``: torch's CPU
-  allocator keeps no peak and offers no hook at allocation, so a peak reached
-  and left between two reads is not seen (a lower bound; read the figure at the
-  points you care about, as CUDA programs do around a step).
+* ``max_memory_allocated`` is the highest ``memory_allocated`` seen since start
+  or the last ``reset_peak_memory_stats``: at every memory query and, from the
+  first one on, every 5 ms by a sampling thread (:mod:`torchdevice.peak`).
+  torch's CPU allocator keeps no peak and offers no hook at allocation, so a
+  peak shorter than that between two queries can be missed: a lower bound,
+  never above the true peak. The resident-set fallback is not sampled.
 * ``memory_reserved`` is the process's resident set size (``VmRSS``): what the
   OS holds in RAM for the process, tensors once their pages are touched.
   ``max_memory_reserved`` is the kernel's peak of it (``VmHWM``);
@@ -91,6 +92,8 @@ from .collectives import DeviceComm
 from .errors import SensorUnavailableError, UnsupportedError
 from .host import MallInfo2 as _MallInfo2  # the C allocator's readers, under the names the source chain,
 from .host import MallocZones as _MallocZones  # tests and benchmarks/bench_cpu_memory.py use
+from .peak import INTERVAL as PEAK_INTERVAL
+from .peak import SampledPeak
 from .streams import HostStreamOps, host_device_count
 
 # -- the bytes of live CPU allocations -----------------------------------------------------
@@ -228,9 +231,11 @@ class CPUMemory(MemoryOps):
 
     def __init__(self, backend: str):
         super().__init__(backend)
-        self._counter = _allocation_counter()
+        counter = _allocation_counter()
+        # the peak of live bytes, sampled between reads where a read is cheap (not the /proc fallback)
+        self._allocations = None if counter is None else SampledPeak(
+            counter.read, None if _source_name == "VmRSS" else PEAK_INTERVAL)  # type: ignore[attr-defined]
         self._lock = threading.Lock()
-        self._peak = 0
         self._cpu_mark: tuple[float, float] | None = None
         self._rss_peak: int | None = None  # without /proc, after a reset: the highest resident set read since
         self._power = host.PackagePower()
@@ -253,28 +258,25 @@ class CPUMemory(MemoryOps):
                 peak = self._rss_peak = max(self._rss_peak, rss)
         return rss, max(peak, rss)
 
-    def _allocated(self, op: str) -> int:
-        counter = self._counter
-        if counter is None:
+    def _counted(self, op: str) -> SampledPeak:
+        if self._allocations is None:
             raise UnsupportedError(op, self.backend, "no allocation counter here (c10's, mallinfo2, malloc zones, "
                                    "/proc all missing)")
-        value = counter.read()  # type: ignore[attr-defined]
-        with self._lock:
-            if value > self._peak:
-                self._peak = value
-        return value
+        return self._allocations
+
+    def _allocated(self, op: str) -> int:
+        return self._counted(op).read()
 
     @translated("bytes of live CPU tensor storages of the process (c10's CPU allocation counter), counted at "
                 "allocation, touched or not; fallback: the C allocator's bytes in use (mallinfo2 / malloc zones); docs/memory.md")
     def memory_allocated(self, index: int) -> int:
         return self._allocated("memory_allocated")
 
-    @emulated("the highest memory_allocated() read since start or reset_peak_memory_stats (torch's CPU allocator "
-              "keeps no peak: one reached and left between two reads is not seen)")
+    @emulated("the highest memory_allocated() seen since start or reset_peak_memory_stats: at every memory query and "
+              "every 5 ms from the first one on (torch's CPU allocator keeps no peak: one lasting under 5 ms between "
+              "two queries can be missed, so it is a lower bound); docs/memory.md")
     def max_memory_allocated(self, index: int) -> int:
-        current = self._allocated("max_memory_allocated")
-        with self._lock:
-            return max(self._peak, current)
+        return self._counted("max_memory_allocated").peak()
 
     @translated("resident set size of the process (VmRSS; macOS: the task's resident_size): what the host holds "
                 "in RAM for it")
@@ -289,10 +291,8 @@ class CPUMemory(MemoryOps):
     @translated("sets the allocated peak to the current figure and resets VmHWM through /proc/self/clear_refs "
                 "(macOS: the reserved peak is then the highest resident set read since)")
     def reset_peak_memory_stats(self, index: int) -> None:
-        counter = self._counter
-        value = counter.read() if counter is not None else 0  # type: ignore[attr-defined]
-        with self._lock:
-            self._peak = value
+        if self._allocations is not None:
+            self._allocations.reset()
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
@@ -313,9 +313,9 @@ class CPUMemory(MemoryOps):
     @translated("CUDA's keys (torchdevice.memstats): allocated/active/requested bytes from memory_allocated, "
                 "reserved bytes from the resident set, CUDA-allocator mechanisms 0; plus cpu.* raw figures")
     def memory_stats(self, index: int) -> dict:
-        allocated = self._allocated("memory_stats")
-        with self._lock:
-            peak = max(self._peak, allocated)
+        counted = self._counted("memory_stats")
+        allocated = counted.read()
+        peak = max(counted.peak(), allocated)
         try:
             fields = self._status("memory_stats")
         except UnsupportedError:
