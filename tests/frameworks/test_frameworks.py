@@ -316,6 +316,23 @@ def test_accelerate_fp16_runs_float16_autocast_and_scaling():
     assert all_dtypes(untranslated_cpu["seen"]) == {"torch.float32"}  # what the integration fixes
 
 
+@FULL
+def test_accelerate_fp16_zero_code_with_accelerate_imported_before_torch():
+    """TORCHDEVICE_BACKEND=cpu, the program's first import `from accelerate import Accelerator`: translation
+    turns on at the `import torch` inside accelerate.accelerator, before Accelerator exists; the integration
+    adapts it when that import ends (it failed, and fp16 trained in float32, before)."""
+    need("accelerate")
+    script = HERE / "accelerate_train.py"
+    code = ("import sys, runpy; from accelerate import Accelerator; "
+            f"sys.argv = [{str(script)!r}, 'fp16']; runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = run_command([sys.executable, "-c", code], env=BACKEND)
+    run = last_json(result)
+    assert "integration 'accelerate' failed" not in result.stderr
+    assert all_dtypes(run["seen"]) == {"torch.float16"} and run["native_amp"] and run["scaler_device"] == "cpu"
+    oracle = last_json(native("accelerate_train.py", "fp16", "--oracle"))
+    assert run["losses"] == oracle["losses"]
+
+
 # -- transformers.Trainer ---------------------------------------------------------------------------
 
 
