@@ -5,6 +5,7 @@ tests/frameworks/."""
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import sys
 import warnings
 
@@ -105,6 +106,37 @@ def test_not_active_without_translation(fakefw):
 
     assert fake.calls == [] and core.Device().check("cuda") == "native"
     assert dict((n, st) for n, _, _, st in integrations.states())["fakefw"] == "inactive (translation is off)"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_module_still_importing_when_translation_turns_on_is_adapted_when_its_import_ends(fakefw, tmp_path, fails):
+    """Zero-code translation turns on inside `import torch`, which may be the first line of a watched
+    module (`from accelerate import Accelerator` first): the module is in sys.modules, half made. It
+    is adapted once its import has finished, not then (its classes did not exist yet); an import
+    that fails is never adapted."""
+    (tmp_path / "tdfake_fw" / "core.py").write_text(
+        "import torchdevice\n"
+        "torchdevice.patch()  # as TORCHDEVICE_BACKEND=cpu does at the `import torch` opening a framework module\n"
+        "class Device:\n"
+        "    def check(self, device):\n"
+        "        return 'native'\n"
+        + ("raise ImportError('tdfake_fw.core failed')\n" if fails else "")
+    )
+    fake = FakeIntegration()
+    fakefw.register(FakePlugin(fake), name="fakefw-plugin")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if fails:
+            with pytest.raises(ImportError, match="tdfake_fw.core failed"):
+                importlib.import_module("tdfake_fw.core")
+            assert fake.calls == [] and not integrations.is_active("fakefw")
+            return
+        import tdfake_fw.core as core
+    assert not any("integration" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert fake.calls == [("tdfake_fw.core", "cpu")] and core.Device().check("cuda") == "adapted"
+    assert integrations.is_active("fakefw") and type(core.__spec__) is importlib.machinery.ModuleSpec
+    torchdevice.unpatch()
+    assert core.Device().check("cuda") == "native"
 
 
 def test_a_failing_integration_is_reported_and_never_breaks_the_import(fakefw):

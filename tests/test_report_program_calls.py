@@ -55,16 +55,18 @@ def test_other_family_probes_are_counted_apart(translated, report):
     torch.xpu.is_available()
     torch.xpu.device_count()
     torch.backends.mps.is_available()
+    # transformers' is_tracing() asks this of XPU on every masked forward, on any machine: a probe
+    assert torch.xpu.is_current_stream_capturing() is False
     torch.xpu.manual_seed_all(0)  # not a probe: the program used torch.xpu, the report says so
     target = torchdevice.translate.target()
     data = report_dict(target, ["prog.py"], False, 0, 0.1)
     apis = {a["api"] for a in data["apis"]}
     assert apis == {"torch.cuda.is_available", "torch.xpu.manual_seed_all"}
-    assert data["other_family_probes"] == {"mps": 1, "xpu": 2}
+    assert data["other_family_probes"] == {"mps": 1, "xpu": 3}
     assert data["total_calls"] == 2 == sum(v["calls"] for v in data["by_handling"].values())
     text = format_markdown(data)
     assert "- Device probes of other families (answered: no device; only the source family `cuda` claims one): " \
-           "`mps` 1, `xpu` 2" in text
+           "`mps` 1, `xpu` 3" in text
     assert "`torch.xpu.is_available`" not in text and "`torch.xpu.manual_seed_all`" in text
 
 
@@ -75,6 +77,8 @@ def test_probes_of_the_source_family_are_listed():
     xpu_source = SimpleNamespace(source="xpu", sources={"cuda", "mps", "mtia", "xpu"})
     assert _other_family_probe("torch.xpu.is_available", xpu_source) is None
     assert _other_family_probe("torch.cuda.device_count", xpu_source) == "cuda"
+    assert _other_family_probe("torch.cuda.is_current_stream_capturing", xpu_source) == "cuda"
+    assert _other_family_probe("torch.xpu.is_current_stream_capturing", xpu_source) is None
     assert _other_family_probe("torch.backends.mps.is_available", xpu_source) == "mps"
     assert _other_family_probe("torch.cuda.manual_seed", xpu_source) is None
     assert _other_family_probe("torch.nn.is_available", xpu_source) is None  # not a family

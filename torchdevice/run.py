@@ -367,17 +367,15 @@ def _display_site(site: str, cwd: str) -> str:
     return f"{filename}:{line}"
 
 
-_PROBES = ("is_available", "device_count", "is_initialized")
-_BACKEND_PROBES = ("is_available", "is_built")
-
-
 def _other_family_probe(api: str, target) -> str | None:
     """The family ``api`` probes for a device when that family is translated but not the source
     (``torch.xpu.is_available`` in a CUDA program: ``"xpu"``), else None."""
+    from . import trace
+
     parts = api.split(".")
-    if len(parts) == 3 and parts[0] == "torch" and parts[2] in _PROBES:
+    if len(parts) == 3 and parts[0] == "torch" and parts[2] in trace.PROBES:
         family = parts[1]
-    elif len(parts) == 4 and parts[:2] == ["torch", "backends"] and parts[3] in _BACKEND_PROBES:
+    elif len(parts) == 4 and parts[:2] == ["torch", "backends"] and parts[3] in trace.BACKEND_PROBES:
         family = parts[2]
     else:
         return None

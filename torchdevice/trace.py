@@ -53,6 +53,12 @@ _via: dict[tuple[str, str], APIUse] = {}
 #: the source is cuda): they answer as a machine without that family would, torch's own answer here,
 #: so they are counted (:func:`other_family_probes`) but not listed as translated APIs
 quiet: frozenset[str] = frozenset()
+#: the functions of another family that are such probes (``torch.<family>.NAME``): whether it has a
+#: device, how many, whether it started, and whether a graph capture is underway on it (transformers
+#: asks ``torch.xpu.is_current_stream_capturing()`` on every masked forward, on any machine)
+PROBES = ("is_available", "device_count", "is_initialized", "is_current_stream_capturing")
+#: the ``torch.backends.<family>.NAME`` functions that are such probes
+BACKEND_PROBES = ("is_available", "is_built")
 _quiet_calls: Counter = Counter()  # api -> calls, of the APIs in :data:`quiet`
 _sections: dict[str, Callable[[], dict]] = {}
 

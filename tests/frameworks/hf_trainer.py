@@ -1,12 +1,15 @@
 """A tiny transformers.Trainer run written for an NVIDIA GPU (run unmodified by the tests).
 
-    python hf_trainer.py fp16|bf16|no [--cpu] [--tf32] [--plain [--oracle]]
+    python hf_trainer.py fp16|bf16|no [--cpu] [--tf32] [--plain [--oracle]] [--gpt2]
 
 Prints one JSON line: the logged losses, what the forward saw, the device and GPU count
 TrainingArguments chose and the Trainer's mixed-precision state. ``--plain`` trains with SGD at a
 constant learning rate, no gradient clipping, batches in order; ``--plain --oracle`` is that loop
 hand-ported to plain torch on the CPU (``autocast("cpu", dtype)``, ``GradScaler("cpu")`` for fp16),
 no transformers: the native reference for fp16, which the Trainer has no CPU path for.
+``--gpt2`` trains a real transformers model instead, a tiny ``GPT2LMHeadModel`` built from its config
+(nothing downloaded): what runs through transformers' own model code (attention masks, ``is_tracing()``),
+"seen" recorded by a forward hook on its first MLP layer.
 """
 import json
 import sys
@@ -72,8 +75,18 @@ with tempfile.TemporaryDirectory() as out:
                              use_cpu="--cpu" in sys.argv, tf32=True if "--tf32" in sys.argv else None,
                              **(dict(optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
                                      train_sampling_strategy="sequential") if plain else {}))
-    model = Net()
-    trainer = Trainer(model=model, args=args, train_dataset=Data())
+    if "--gpt2" in sys.argv:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2))
+        model.seen = []
+        model.transformer.h[0].mlp.c_fc.register_forward_hook(lambda mod, inp, out: model.seen.append(
+            {"dtype": str(out.dtype), "autocast_cuda": torch.is_autocast_enabled("cuda")}))
+        tokens = torch.randint(0, 64, (64, 16), generator=torch.Generator().manual_seed(1))
+        data = [{"input_ids": t, "labels": t} for t in tokens]
+    else:
+        model, data = Net(), Data()
+    trainer = Trainer(model=model, args=args, train_dataset=data)
     trainer.train()
 scaler = trainer.accelerator.scaler
 print(json.dumps({

@@ -316,6 +316,23 @@ def test_accelerate_fp16_runs_float16_autocast_and_scaling():
     assert all_dtypes(untranslated_cpu["seen"]) == {"torch.float32"}  # what the integration fixes
 
 
+@FULL
+def test_accelerate_fp16_zero_code_with_accelerate_imported_before_torch():
+    """TORCHDEVICE_BACKEND=cpu, the program's first import `from accelerate import Accelerator`: translation
+    turns on at the `import torch` inside accelerate.accelerator, before Accelerator exists; the integration
+    adapts it when that import ends (it failed, and fp16 trained in float32, before)."""
+    need("accelerate")
+    script = HERE / "accelerate_train.py"
+    code = ("import sys, runpy; from accelerate import Accelerator; "
+            f"sys.argv = [{str(script)!r}, 'fp16']; runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = run_command([sys.executable, "-c", code], env=BACKEND)
+    run = last_json(result)
+    assert "integration 'accelerate' failed" not in result.stderr
+    assert all_dtypes(run["seen"]) == {"torch.float16"} and run["native_amp"] and run["scaler_device"] == "cpu"
+    oracle = last_json(native("accelerate_train.py", "fp16", "--oracle"))
+    assert run["losses"] == oracle["losses"]
+
+
 # -- transformers.Trainer ---------------------------------------------------------------------------
 
 
@@ -330,12 +347,14 @@ def test_trainer_bf16_equals_native_cpu():
 
 
 def test_trainer_fp16_runs_float16_autocast_and_scaling_on_its_cuda_path(tmp_path):
-    """TrainingArguments(fp16=True): the Trainer's CUDA path (cuda:0, one GPU, accelerate's native AMP),
-    float16 autocast and a real GradScaler on the target; the report names no torch.xpu function."""
+    """TrainingArguments(fp16=True) on a real transformers model (a tiny GPT-2 from its config): the
+    Trainer's CUDA path (cuda:0, one GPU, accelerate's native AMP), float16 autocast and a real GradScaler
+    on the target; the report names no torch.xpu function (the model's masking code asks
+    torch.xpu.is_current_stream_capturing() on every forward: a probe, counted apart)."""
     need("transformers")
     need("accelerate")
     report = tmp_path / "calls.json"
-    run = last_json(translated("hf_trainer.py", "fp16", run_args=("--report", str(report))))
+    run = last_json(translated("hf_trainer.py", "fp16", "--gpt2", run_args=("--report", str(report))))
     assert run["n_gpu"] == 1 and run["device"] == "cpu" and run["native_amp"] and run["scaler_device"] == "cpu"
     assert all_dtypes(run["seen"]) == {"torch.float16"} and all(s["autocast_cuda"] for s in run["seen"])
     data = json.loads(report.read_text())
@@ -349,6 +368,8 @@ def test_trainer_fp16_runs_float16_autocast_and_scaling_on_its_cuda_path(tmp_pat
     assert data["other_family_probes"].get("xpu", 0) >= 1  # transformers asked whether an XPU exists and was told: no
     cuda_sites = {s["site"].split("site-packages/")[-1] for s in apis["torch.cuda.is_available"]["sites"]}
     assert any(site.startswith("transformers/") for site in cuda_sites), cuda_sites
+    # transformers' is_tracing() ran, asking CUDA (listed) and XPU (counted above) about graph capture
+    assert apis["torch.cuda.is_current_stream_capturing"]["calls"] >= 1
     assert apis["torch.amp.GradScaler"]["handled"] == "translated"
 
 

@@ -14,7 +14,9 @@ may subclass):
 * ``modules``: the modules whose import activates it;
 * ``install(patcher, target, module)``: called once for each of ``modules``
   when that module has finished importing while translation is on (at once for
-  a module imported before translation turned on). It changes the framework
+  a module imported before translation turned on; when its import finishes for
+  one still importing then, as zero-code translation turning on at an
+  ``import torch`` inside the framework). It changes the framework
   through ``patcher.set(obj, name, value)`` only, so that
   :func:`torchdevice.unpatch` gives every touched attribute back exactly.
 
@@ -36,6 +38,7 @@ breaks the program's import. ``TORCHDEVICE_DISABLE_INTEGRATIONS=name,...``
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
@@ -286,6 +289,45 @@ class _Watcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _FinishingSpec(importlib.machinery.ModuleSpec):
+    """The class a still-initializing watched module's spec takes until its import finishes.
+
+    Zero-code translation turns on inside ``import torch``, which may sit at the top of a watched
+    module (``from accelerate import Accelerator`` first: ``accelerate.accelerator`` imports torch
+    before it defines ``Accelerator``). Such a module is in ``sys.modules`` but half-made, and its
+    loader is already running, so the loader cannot be wrapped. The import system marks the end by
+    setting ``spec._initializing = False`` (``importlib._bootstrap._load_unlocked``): this class
+    hears that, becomes a plain ``ModuleSpec`` again and adapts the module.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name == "_initializing" and not value:
+            object.__setattr__(self, "__class__", importlib.machinery.ModuleSpec)
+            with _lock:
+                _finishing.pop(self.name, None)
+            module = sys.modules.get(self.name)
+            if module is not None and getattr(module, "__spec__", None) is self:  # not a failed import
+                _module_imported(module)
+
+
+_finishing: dict[str, Any] = {}  # module name -> its spec, while a _FinishingSpec
+
+
+def _when_imported(module: Any) -> None:
+    """Adapt ``module``, found in ``sys.modules`` at activation: now, or when its import finishes."""
+    spec = getattr(module, "__spec__", None)
+    if getattr(spec, "_initializing", False) and type(spec) is importlib.machinery.ModuleSpec:
+        try:
+            spec.__class__ = _FinishingSpec
+        except TypeError:
+            pass
+        else:
+            _finishing[module.__name__] = spec
+            return
+    _module_imported(module)
+
+
 def activate(patcher: Any, target: Any) -> None:
     """Called by :func:`torchdevice.patch` after its commit: watch the integrations' modules, and
     adapt the ones already imported. Their changes go through ``patcher`` (undone by ``unpatch``)."""
@@ -312,7 +354,7 @@ def activate(patcher: Any, target: Any) -> None:
         for name in sorted(names):
             module = sys.modules.get(name)
             if module is not None:
-                _module_imported(module)
+                _when_imported(module)
 
 
 def current_target() -> Any:
@@ -332,6 +374,9 @@ def deactivate() -> None:
             except ValueError:
                 pass
         _watcher, _patcher, _target = None, None, None
+        for spec in _finishing.values():  # still importing: nothing to adapt any more
+            spec.__class__ = importlib.machinery.ModuleSpec
+        _finishing.clear()
         for state in _states.values():
             state.installed.clear()
 

@@ -118,8 +118,8 @@ def install(patcher, target) -> None:
     _installed = installed
     _trace.quiet = frozenset(  # the other families answer "not here", as on the source machine: not listed
         api for ns in target.sources if ns != fx.source
-        for api in (f"torch.{ns}.is_available", f"torch.{ns}.device_count", f"torch.{ns}.is_initialized",
-                    f"torch.backends.{ns}.is_available", f"torch.backends.{ns}.is_built"))
+        for api in ([f"torch.{ns}.{name}" for name in _trace.PROBES]
+                    + [f"torch.backends.{ns}.{name}" for name in _trace.BACKEND_PROBES]))
 
 
 def _install_get_device_module(patcher, target, view: View) -> None:
