@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers import Result, clean_env, run_concurrently, torchdevice_script
@@ -98,25 +99,31 @@ def test_calls_torch_makes_for_the_program_are_not_the_programs(reports):
 
 
 def test_calls_torch_makes_for_the_program_are_listed_via_that_function_with_their_status(reports):
-    """Each call torch.manual_seed made is listed as "<API> via torch.manual_seed", handled as the
-    matrix says that API is handled on the backend, at the program's line that called torch.manual_seed."""
+    """Each call torch.manual_seed made for the source family is listed as "<API> via torch.manual_seed",
+    handled as the matrix says that API is handled on the backend, at the program's line that called
+    torch.manual_seed; those for the families the program is not written for are counted per family and
+    not listed, so the report names no torch.mps/xpu/mtia function the program never used."""
     from torchdevice import matrix
 
     work, _ = reports
     data = json.loads((work / "out" / "r.json").read_text())
     via = {e["api"]: e for e in data["made_by_torch_apis"]}
-    # torch 2.13's torch.manual_seed seeds these itself (torch/random.py)
-    assert {"torch.cuda.manual_seed_all", "torch.mps.manual_seed", "torch.xpu.manual_seed_all",
-            "torch.mtia.manual_seed_all"} <= set(via), via
+    # torch 2.13's torch.manual_seed seeds every family itself (torch/random.py): cuda is the source
+    assert set(via) == {"torch.cuda.manual_seed_all"}, via
+    assert data["made_by_torch_other_families"] == {"mps": 1, "mtia": 1, "xpu": 1}
     for api, entry in via.items():
         assert entry["via"] == "torch.manual_seed"
         assert entry["sites"] == [{"site": "prog.py:13", "calls": 1}], entry
         status, note = matrix.status_for(api, "cpu")
         assert (entry["handled"], entry["note"]) == (status.value, note), api
-    assert sum(e["calls"] for e in data["made_by_torch_apis"]) == data["made_by_torch"]["torch.manual_seed"]
+    listed = sum(e["calls"] for e in data["made_by_torch_apis"])
+    assert listed + sum(data["made_by_torch_other_families"].values()) == data["made_by_torch"]["torch.manual_seed"]
     text = (work / "r.md").read_text()
-    assert "| `torch.mps.manual_seed` | `torch.manual_seed` | 1 |" in text
+    assert "| `torch.cuda.manual_seed_all` | `torch.manual_seed` | 1 |" in text
     assert "`prog.py:13` (1)" in text
+    assert "not listed: mps 1, mtia 1, xpu 1" in text
+    for report in (text, (work / "out" / "r.json").read_text()):
+        assert not re.search(r"torch\.(backends\.)?(mps|xpu|mtia)\.", report), report
 
 
 def test_markdown_report_and_exit_status(reports):

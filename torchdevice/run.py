@@ -382,6 +382,16 @@ def _other_family_probe(api: str, target) -> str | None:
     return family if family in target.sources and family != target.source else None
 
 
+def _other_family_of(api: str, target) -> str | None:
+    """The translated family ``api`` belongs to when it is not the source (``torch.xpu.manual_seed_all``
+    in a CUDA program: ``"xpu"``), else None."""
+    parts = api.split(".")
+    if len(parts) < 3 or parts[0] != "torch":
+        return None
+    family = parts[2] if parts[1] == "backends" else parts[1]
+    return family if family in target.sources and family != target.source else None
+
+
 def _probes_per_family(calls: dict[str, int], target) -> dict[str, int]:
     found: dict[str, int] = {}
     for api, n in calls.items():
@@ -411,7 +421,14 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         agg = by_status.setdefault(entry["handled"], {"apis": 0, "calls": 0})
         agg["apis"] += 1
         agg["calls"] += use.calls
-    via_torch = [_api_entry(use, cwd, via=via) for via, use in trace.made_by_torch_uses()]
+    via_torch: list[dict] = []
+    via_torch_other: dict[str, int] = {}
+    for via, use in trace.made_by_torch_uses():
+        family = _other_family_of(use.api, target)
+        if family is None:
+            via_torch.append(_api_entry(use, cwd, via=via))
+        else:  # torch.manual_seed seeding every family: the program never used that family, so not listed
+            via_torch_other[family] = via_torch_other.get(family, 0) + use.calls
     return {
         "torchdevice": __version__,
         "command": (["python", "-m"] if module else ["python"]) + list(command),
@@ -430,6 +447,8 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
         # the same calls one by one: each inner API with its real handling, and the program's lines that
         # called the torch function ("torch.mps.manual_seed via torch.manual_seed at prog.py:3")
         "made_by_torch_apis": via_torch,
+        # ... except those of the families the program is not written for: counted per family, not listed
+        "made_by_torch_other_families": dict(sorted(via_torch_other.items())),
         # availability probes of the families the program is not written for, answered "not here", per family
         "other_family_probes": _probes_per_family(trace.other_family_probe_calls(), target),
         # what plugins count themselves (the mlx plugin: ATen ops that fell back to torch on the host)
@@ -459,8 +478,13 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
                    f"`{data.get('source')}` claims one): "
                    + ", ".join(f"`{_md_cell(f)}` {n}" for f, n in data["other_family_probes"].items()))
     if data.get("made_by_torch"):
-        out.append("- Translated calls torch made on the program's behalf (listed apart, last): "
-                   + ", ".join(f"{n} by `{_md_cell(f)}`" for f, n in data["made_by_torch"].items()))
+        line = ("- Translated calls torch made on the program's behalf (listed apart, last): "
+                + ", ".join(f"{n} by `{_md_cell(f)}`" for f, n in data["made_by_torch"].items()))
+        others = data.get("made_by_torch_other_families") or {}
+        if others:
+            line += ("; of these, calls for the families the program is not written for, counted, not listed: "
+                     + ", ".join(f"{_md_cell(f)} {n}" for f, n in others.items()))
+        out.append(line)
     out.append("")
     for name, counts in (data.get("sections") or {}).items():
         out += [f"## {_md_cell(name)}", "", "| what | count |", "|---|---:|"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -362,9 +363,8 @@ def test_trainer_fp16_runs_float16_autocast_and_scaling_on_its_cuda_path(tmp_pat
     other_families = ("torch.xpu.", "torch.mps.", "torch.mtia.", "torch.backends.mps.")
     assert not [api for api in apis if api.startswith(other_families)], apis  # not its XPU branch (torch.xpu.set_device)
     assert "torch.xpu.set_device" not in report.read_text()
-    # other families are named only where torch.manual_seed seeded every family itself (torch/random.py)
-    by_torch = [(e["api"], e["via"]) for e in data["made_by_torch_apis"] if e["api"].startswith(other_families)]
-    assert all(via == "torch.manual_seed" for _, via in by_torch), by_torch
+    # no other family is named anywhere: torch.manual_seed seeding every family itself is counted per family
+    assert not re.search(r"torch\.(backends\.)?(xpu|mps|mtia)\.", report.read_text())
     assert data["other_family_probes"].get("xpu", 0) >= 1  # transformers asked whether an XPU exists and was told: no
     cuda_sites = {s["site"].split("site-packages/")[-1] for s in apis["torch.cuda.is_available"]["sites"]}
     assert any(site.startswith("transformers/") for site in cuda_sites), cuda_sites
