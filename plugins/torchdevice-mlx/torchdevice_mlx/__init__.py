@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import translation as _translation  # noqa: F401 -- gives MLXTensor its .to/.cpu
 from .backend import MLXBackend
 from .bridge import from_mlx, to_mlx
-from .tensor import MLXTensor, fallback_counts
+from .tensor import MLXTensor, fallback_counts  # tensor imports every part (and binds MLXTensor's dispatch)
 
 __version__ = "1.0.0"
 __all__ = ["MLXBackend", "MLXTensor", "fallback_counts", "plugin", "to_mlx", "from_mlx"]

@@ -1,7 +1,7 @@
 """The ``mlx`` backend: torch tensors held as MLX arrays, MLX's allocator, streams and RNG.
 
 With translation on, tensors created on or moved to a source device are
-:class:`torchdevice_mlx.tensor.MLXTensor` (data in an ``mx.array``, ops run in
+:class:`torchdevice_mlx.mlxtensor.MLXTensor` (data in an ``mx.array``, ops run in
 MLX, host fallback per op; see :mod:`torchdevice_mlx.translation`, installed
 through ``torchdevice.translate.TRANSLATION_HOOKS``). They report device
 ``cpu`` to torch, this backend's ``device_type``. Plain torch CPU tensors a
@@ -52,7 +52,7 @@ Streams and events (:class:`MLXStream`, :class:`MLXEvent`)
   ``with torchdevice.stream(s)`` or ``with s``) makes it this thread's MLX
   default stream, so MLX operations issued there run on it.
   ``synchronize`` first evaluates every pending (lazy) MLX tensor of the
-  program (:func:`torchdevice_mlx.tensor.evaluate_pending`; the memory figures
+  program (:func:`torchdevice_mlx.conversion.evaluate_pending`; the memory figures
   do too), then is ``mx.synchronize(stream)``; device ``synchronize`` is
   ``mx.synchronize`` of this thread's default stream and of every live MLX
   stream torchdevice made. MLX has no events and no non-blocking query:
@@ -106,7 +106,7 @@ from torchdevice.cpu import CPURNG, CPUCollectives
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
 from ._mlx import import_problem, mx
-from .tensor import evaluate_pending
+from .conversion import evaluate_pending
 
 __all__ = [
     "MLXBackend",

@@ -43,7 +43,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .tensor import MLXTensor, _new_base, array_from_torch, torch_from_array
+from .conversion import array_from_torch, torch_from_array
+from .mlxtensor import MLXTensor, _new_base
 
 log = logging.getLogger("torchdevice.mlx")
 aten = torch.ops.aten
@@ -89,7 +90,7 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
     A random op whose result nothing uses (a partitioner's recomputation copies them along) is dropped: eager
     draws it once, in the forward. One whose result a backward graph uses raises: it would draw again."""
     from . import lowerings
-    from .tensor import _init_views
+    from .views import _init_views
 
     _init_views()
     impure = _impure_ops()

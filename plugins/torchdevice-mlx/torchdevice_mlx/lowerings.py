@@ -1,4 +1,4 @@
-"""The ATen-op -> MLX lowering table used by :mod:`torchdevice_mlx.tensor`.
+"""The ATen-op -> MLX lowering table used by :mod:`torchdevice_mlx.dispatch`.
 
 Each lowering takes MLX arrays where the op takes tensors (other arguments
 unchanged) and returns MLX arrays (or tuples/lists of them, ``None`` where the
@@ -26,6 +26,11 @@ from collections.abc import Callable
 
 import mlx.core as core
 import torch
+
+from .conversion import array_from_torch, to_mx_dtype, to_torch_dtype
+from .dispatch import _unwrap
+from .mlxtensor import MLXTensor, _new_base
+from .views import write
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -56,14 +61,10 @@ def lower(*ops) -> Callable:
 
 
 def _dt(dtype):
-    from .tensor import to_mx_dtype
-
     return to_mx_dtype(dtype)
 
 
 def _tdt(dtype) -> torch.dtype:
-    from .tensor import to_torch_dtype
-
     return to_torch_dtype(dtype)
 
 
@@ -547,7 +548,7 @@ def _flip(a, dims):
     return a[tuple(idx)] if a.ndim else a
 
 
-# -- views (aliasing handled in tensor.py) -----------------------------------
+# -- views (aliasing handled in views.py) ------------------------------------
 
 @lower(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default, prims.reshape.default)
 def _view(a, size, *stride):
@@ -1081,8 +1082,6 @@ def _native_dropout(a, p, train):
         return core.array(a), core.ones(a.shape, dtype=core.bool_)
     # torch's own CPU kernel on a host tensor of the same shape and dtype draws the mask: the generator
     # advances exactly as natively, so the same seed drops the same elements; applied here in MLX
-    from .tensor import array_from_torch
-
     _, mask = torch.ops.aten.native_dropout.default(torch.ones(a.shape, dtype=_tdt(a.dtype)), p, train)
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
     return (a * array_from_torch(mask)) * scale, array_from_torch(mask)
@@ -1404,8 +1403,6 @@ def _bn_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
 def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, training, momentum, eps):
     """``native_batch_norm`` on MLX tensors: it updates the running statistics in place (its schema does not
     say so), so it is lowered on the tensors, not on their arrays."""
-    from .tensor import MLXTensor, _new_base, _unwrap, write
-
     if training and any(t is not None and not isinstance(t, MLXTensor) for t in (running_mean, running_var)):
         raise NotImplementedError("running statistics held outside MLX")  # the decomposition updates them
     xa, wa, ba = _unwrap(x), _unwrap(weight), _unwrap(bias)

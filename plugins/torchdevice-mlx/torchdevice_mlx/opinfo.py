@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from .conversion import fallback_counts
 from .lowerings import LOWERINGS
-from .tensor import MLXTensor, fallback_counts
+from .mlxtensor import MLXTensor
 
 EXTRA = ("nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d", "nn.functional.embedding",
          "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.layer_norm",

@@ -3,7 +3,7 @@
 With the mlx backend active and translation on, a factory given a source
 device (``torch.zeros(..., device="cuda")``), ``Tensor.to("cuda")``,
 ``.cuda()`` and ``Module.to("cuda")``/``.cuda()`` return
-:class:`~torchdevice_mlx.tensor.MLXTensor`. A *source* device is a string or
+:class:`~torchdevice_mlx.mlxtensor.MLXTensor`. A *source* device is a string or
 ``torch.device`` naming a translated type, or the device object translation
 returned for one (:data:`torchdevice.devices.host_target`: identity tells it
 from a program's own ``torch.device("cpu")``, which stays a plain host tensor).
@@ -18,7 +18,8 @@ import functools
 
 import torch
 
-from .tensor import MLXTensor, array_from_torch
+from .conversion import array_from_torch
+from .mlxtensor import MLXTensor
 
 _sources: frozenset = frozenset()
 

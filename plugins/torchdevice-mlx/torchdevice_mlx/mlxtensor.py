@@ -1,0 +1,206 @@
+"""The tensor class: :class:`MLXTensor`, a torch tensor whose data is an ``mlx.core.array``.
+
+Owns the class (construction, ``mx_array``, printing, ``.data``, pickling/deepcopy as a host tensor),
+:func:`_new_base` (every op's result) and the binding of its ``__torch_dispatch__`` to
+:func:`torchdevice_mlx.dispatch.dispatch`.
+
+Device identity
+  The tensor reports device ``cpu`` to torch. The mlx backend's
+  ``device_type`` already is ``cpu``, so translation maps ``cuda`` & co. to
+  it; autograd, optimizers (by default their single-tensor paths: subclasses are
+  not eligible for foreach/fused, which torch decides by exact type; an explicit
+  ``foreach=True``/``fused=True`` runs torch's host kernels, every mutated list
+  written back) and serialization treat it as a host tensor. It is told apart by its type
+  (``isinstance(t, MLXTensor)``). A renamed PrivateUse1 device was rejected:
+  it needs a C++ allocator registration for factories, and every optimizer's
+  device checks and torchdevice's translation would then see a device type
+  no backend declares.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .conversion import _M2T, _compact_pending, _pending, _pending_limit, _track, array_from_torch, to_torch_dtype, torch_from_array
+from .views import _view_array
+
+
+def _dispatch_unbound(func, args: tuple, kwargs: dict):
+    raise RuntimeError(f"{func} reached an MLX tensor before torchdevice_mlx.dispatch was imported "
+                       "(import torchdevice_mlx, which imports it)")
+
+
+#: runs every ATen op reaching an MLXTensor: torchdevice_mlx.dispatch binds its ``dispatch`` here when
+#: it is imported (it makes MLXTensors, so this module cannot import it; ``import torchdevice_mlx`` does)
+_dispatch: Callable[[Any, tuple, dict], Any] = _dispatch_unbound
+
+
+def bind_dispatch(fn: Callable[[Any, tuple, dict], Any]) -> None:
+    global _dispatch
+    _dispatch = fn
+
+
+_wrapper = torch.Tensor._make_wrapper_subclass
+_DATA = torch._C.TensorBase.__dict__["data"]  # torch's own Tensor.data getter/setter
+
+
+class MLXTensor(torch.Tensor):
+    """A torch tensor whose data is an MLX array (see the docstrings of torchdevice_mlx.tensor and this module)."""
+
+    _mx: Any
+    # a base tensor keeps these class defaults; a view sets them
+    _base_t: MLXTensor | None = None
+    _chain: tuple | None = ()  # view ops from the base; None: gathered from the base by the view's strides
+    _version_n: int = 0
+    _seen: int = 0
+    _root: tuple = ()
+
+    @staticmethod
+    def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
+                geometry: tuple | None = None):
+        try:
+            dtype = _M2T[array.dtype]
+        except KeyError:
+            dtype = to_torch_dtype(array.dtype)
+        if geometry is None:
+            out = _wrapper(cls, array.shape, dtype=dtype, device=_CPU, requires_grad=requires_grad)
+        elif base is not None and torch.is_inference_mode_enabled() and not base.is_inference():
+            # a view of a normal tensor made in inference mode is a normal tensor sharing its base's version
+            # counter (torch's ADInplaceOrView sets it after this returns): made in inference mode it would be
+            # an inference tensor, which has none
+            with torch.inference_mode(False):
+                out = _wrapper(cls, geometry[0], strides=geometry[1], storage_offset=geometry[2], dtype=dtype,
+                               device=_CPU, requires_grad=requires_grad)
+        else:
+            size, stride, offset = geometry
+            out = _wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=_CPU,
+                           requires_grad=requires_grad)
+        out._mx = array
+        if base is None:
+            _track(out)
+        else:
+            out._base_t = base
+            out._chain = chain
+            out._seen = base._version_n
+            out._root = base._mx.shape  # the base's shape when the chain was recorded (squeeze_ can change it)
+        return out
+
+    @classmethod
+    def from_torch(cls, tensor: torch.Tensor) -> MLXTensor:
+        """A new MLX-backed tensor holding a copy of ``tensor`` (no autograd link)."""
+        if isinstance(tensor, MLXTensor):
+            return tensor
+        return cls(array_from_torch(tensor), requires_grad=tensor.requires_grad)
+
+    @property
+    def mx_array(self):
+        """The current MLX array of this tensor (recomputed from the base for a stale view)."""
+        base = self._base_t
+        if base is None:
+            return self._mx
+        if self._seen != base._version_n:
+            self._mx = _view_array(self, base)
+            self._seen = base._version_n
+        return self._mx
+
+    def torch_cpu(self) -> torch.Tensor:
+        """A host copy of this tensor's data."""
+        return torch_from_array(self.mx_array)
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        # printed as torch prints a host tensor (what the program's CPU run prints), with this tensor's
+        # grad_fn / requires_grad, not as torch prints a subclass ("MLXTensor(...)")
+        text = repr(self.torch_cpu())
+        grad_fn = self.grad_fn
+        if grad_fn is not None:
+            name = type(grad_fn).__name__
+            suffix = f"grad_fn=<{grad_fn.name().rsplit('::', 1)[-1] if name == 'CppFunction' else name}>"
+        elif self.requires_grad:
+            suffix = "requires_grad=True"
+        else:
+            suffix = ""
+        if suffix:
+            text = torch._tensor_str._add_suffixes(text[:-1], [suffix], len("tensor("), force_newline=False)
+        if isinstance(self, torch.nn.Parameter):
+            return "Parameter containing:\n" + text
+        return text
+
+    def __format__(self, format_spec: str) -> str:
+        # torch formats only its own 0-dim tensors as numbers (f"{loss:.4f}"); a subclass gets object's
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
+    @property
+    def data(self):
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # torch's setter swaps only the C++ tensor (size, dtype ...): the MLX array, kept on the Python
+        # object, is taken from ``new`` too (Module.half()/.to(dtype)/.float() assign param.data so)
+        if not isinstance(new, MLXTensor):
+            new = MLXTensor.from_torch(new.detach())
+        _DATA.__set__(self, new)
+        for name in ("_base_t", "_chain", "_seen", "_root"):
+            if name in new.__dict__:
+                setattr(self, name, new.__dict__[name])
+            else:
+                self.__dict__.pop(name, None)
+        self._mx = new._mx
+        if self._base_t is None:
+            _track(self)
+
+    def __reduce_ex__(self, proto):
+        # torch.save / pickle: saved as a plain host tensor, so checkpoints load without
+        # torchdevice (weights_only too); the program's map_location/.to("cuda") brings it back.
+        host = self.torch_cpu().requires_grad_(self.requires_grad)
+        return host.__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo):
+        return _rebuild(self.torch_cpu(), self.requires_grad)
+
+    def numpy(self, *, force: bool = False):
+        return self.detach().torch_cpu().numpy()
+
+    def tolist(self):
+        return self.torch_cpu().tolist()
+
+    def item(self):
+        return self.torch_cpu().item()
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # torch.compile(backend="mlx") traces its graphs with plain (fake) tensors; the gradients flowing into
+        # the compiled backward at run time are MLX tensors, which its MLX function takes as they are
+        return self
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+
+def _new_base(array) -> MLXTensor:
+    """``MLXTensor(array)`` without the class call (the hot path: every op's result)."""
+    try:
+        dtype = _M2T[array.dtype]
+    except KeyError:
+        dtype = to_torch_dtype(array.dtype)
+    out = _wrapper(MLXTensor, array.shape, dtype=dtype, device=_CPU)
+    out._mx = array
+    _pending[id(out)] = weakref.ref(out)
+    if len(_pending) > _pending_limit[0]:
+        _compact_pending()
+    return out
+
+
+_CPU = torch.device("cpu")
+
+
+def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
+    out = MLXTensor.from_torch(tensor)
+    return out.requires_grad_(requires_grad) if requires_grad else out
