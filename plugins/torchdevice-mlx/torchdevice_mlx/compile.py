@@ -44,6 +44,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .conversion import array_from_torch, torch_from_array
+from .dispatch import _unwrap
 from .mlxtensor import MLXTensor, _new_base
 
 log = logging.getLogger("torchdevice.mlx")
@@ -142,14 +143,6 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
     return run, pure
 
 
-def _to_array(x):
-    if isinstance(x, MLXTensor):
-        return x.mx_array
-    if isinstance(x, torch.Tensor):
-        return array_from_torch(x)
-    return x
-
-
 class _MLXGraph:
     """A compiled AOT graph: runs in MLX, or eagerly (``gm`` on MLX tensors) if it cannot."""
 
@@ -176,7 +169,7 @@ class _MLXGraph:
         if self.fn is not None:
             mlx_inputs = any(isinstance(a, MLXTensor) for a in args)
             try:
-                outs = self.fn(*[_to_array(a) for a in args])
+                outs = self.fn(*[_unwrap(a) for a in args])
             except (NotImplementedError, Unsupported, ValueError, TypeError) as exc:
                 _count("eager: lowering declined at run time", f"{type(exc).__name__}: {exc}")
                 self.fn = None
