@@ -96,3 +96,33 @@ def test_pure_bfloat16_training_matches_native_cpu():
     with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
         translated = _bf16_training("cuda")
     assert translated == pytest.approx(native, rel=1e-3)
+
+
+MIXED_MATMULS = {
+    "mm": lambda a, b, c: torch.mm(a[0], b[0]),
+    "matmul": lambda a, b, c: a[0] @ b[0],
+    "linear": lambda a, b, c: F.linear(a[0], b[0].t()),
+    "bmm": lambda a, b, c: torch.bmm(a, b),
+    "addmm": lambda a, b, c: torch.addmm(c, a[0], b[0]),
+    "addmm bias": lambda a, b, c: torch.addmm(c, a[0], b[0].to(a.dtype)),
+    "baddbmm": lambda a, b, c: torch.baddbmm(c, a, b),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED_MATMULS))
+def test_mixed_dtype_matmul_is_refused_as_torch_refuses_it(name):
+    """bfloat16 x float32 without autocast: torch (CPU and CUDA) raises; MLX would promote and compute,
+    hiding the program's bug. The MLX run raises torch's exception with torch's message."""
+    torch.manual_seed(0)
+    a, b, c = torch.randn(2, 4, 8).bfloat16(), torch.randn(2, 8, 5), torch.randn(5)
+
+    def outcome(conv):
+        try:
+            MIXED_MATMULS[name](conv(a), conv(b), conv(c))
+        except Exception as exc:
+            return type(exc), str(exc)
+        return None
+
+    want = outcome(lambda t: t)
+    assert want is not None and want[0] is RuntimeError, want  # the native refusal this test is about
+    assert outcome(MLXTensor.from_torch) == want

@@ -863,24 +863,47 @@ def _topk(a, k, dim=-1, largest=True, sorted=True):
 
 # -- linear algebra, indexing, nn ------------------------------------------------
 
+#: torch's two spellings of a floating dtype in its matmul dtype errors ("BFloat16", "c10::BFloat16")
+_MATMUL_NAMES = {core.float32: ("Float", "float"), core.float64: ("Double", "double"),
+                 core.float16: ("Half", "c10::Half"), core.bfloat16: ("BFloat16", "c10::BFloat16")}
+
+
+def _names(*arrays, c10: bool = False) -> list:
+    return [_MATMUL_NAMES.get(x.dtype, (str(_tdt(x.dtype)),) * 2)[c10] for x in arrays]
+
+
 def _matmul_operands(a, b):
-    dt = result_dtype(a, b)
-    if dt not in _FLOATS:
-        raise NotImplementedError("integer matmul")  # MLX multiplies floating arrays only
-    return _cast(a, dt), _cast(b, dt)
+    if a.dtype not in _FLOATS or b.dtype not in _FLOATS:
+        raise NotImplementedError("integer matmul")  # MLX multiplies floating arrays only: torch on the host
+    return a, b
 
 
-@lower(aten.mm.default, aten.bmm.default)
+@lower(aten.mm.default)
 def _mm(a, b):
-    a, b = _matmul_operands(a, b)
-    return core.matmul(a, b)
+    if a.dtype != b.dtype:  # torch refuses mixed dtypes (CUDA too); promoting would hide the program's bug
+        raise RuntimeError("expected m1 and m2 to have the same dtype, but got: {} != {}".format(*_names(a, b, c10=True)))
+    return core.matmul(*_matmul_operands(a, b))
+
+
+@lower(aten.bmm.default)
+def _bmm(a, b):
+    if a.dtype != b.dtype:
+        raise RuntimeError("expected scalar type {} but found {}".format(*_names(a, b)))
+    return core.matmul(*_matmul_operands(a, b))
 
 
 @lower(aten.addmm.default)
 def _addmm(bias, a, b, beta=1, alpha=1):
-    a, b = _matmul_operands(a, b)
+    if a.dtype != b.dtype:
+        raise RuntimeError("mat1 and mat2 must have the same dtype, but got {} and {}".format(*_names(a, b)))
+    if bias.dtype != b.dtype:
+        raise RuntimeError("self and mat2 must have the same dtype, but got {} and {}".format(*_names(bias, b)))
+    return _scaled_addmm(bias, *_matmul_operands(a, b), beta, alpha)
+
+
+def _scaled_addmm(bias, a, b, beta, alpha):
     if beta == 1 and alpha == 1:
-        return core.addmm(bias if bias.dtype == a.dtype else bias.astype(a.dtype), a, b)
+        return core.addmm(bias, a, b)
     out = core.matmul(a, b)
     if alpha != 1:
         out = out * alpha
@@ -891,7 +914,10 @@ def _addmm(bias, a, b, beta=1, alpha=1):
 
 @lower(aten.baddbmm.default)
 def _baddbmm(bias, a, b, beta=1, alpha=1):
-    return _addmm(bias, a, b, beta=beta, alpha=alpha)
+    if not bias.dtype == a.dtype == b.dtype:
+        raise RuntimeError("Input dtypes must be the same, got: input {}, batch1: {}, batch2: {}".format(
+            *_names(bias, a, b, c10=True)))
+    return _scaled_addmm(bias, *_matmul_operands(a, b), beta, alpha)
 
 
 @lower(aten.cat.default, prims.cat.default)
