@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
 
-import mlx.core as core
+import mlx.core as _mlx_core
 import torch
 
 from .conversion import array_from_torch, to_mx_dtype, to_torch_dtype
@@ -46,6 +47,40 @@ RANDOM_OPS = {
 #: Ops run on the host whatever their arguments (none today: the flash-attention kernels, whose
 #: saved logsumexp feeds the backward, are lowered forward and backward alike).
 HOST_OPS: set = set()
+
+#: MLX primitives whose float64 kernels compute at float32 precision (measured against numpy's float64,
+#: MLX 0.32.4 on CPU: relative errors from 1e-8 (logsumexp) to 3e-4 (cos, erf); the rest of the ones the
+#: lowerings call agree within 1e-12). A lowering that calls one on a float64 array declines
+#: (NotImplementedError), so the op runs as torch's decomposition or in torch on the host, counted:
+#: float64 results are never float32-precise numbers passed off as float64.
+FLOAT64_INEXACT = ("exp", "sin", "cos", "sigmoid", "erf", "erfinv", "softmax", "logsumexp", "logaddexp",
+                   "conv_general")
+_F64 = _mlx_core.float64
+
+
+def _float64_exact(name: str, fn: Callable) -> Callable:
+    def run(*args, **kwargs):
+        for a in args[:2]:
+            if getattr(a, "dtype", None) == _F64:
+                raise NotImplementedError(f"mlx.core.{name} computes float64 at float32 precision")
+        return fn(*args, **kwargs)
+
+    run.__name__ = name
+    return run
+
+
+def _round(a, decimals=0, **kwargs):
+    if decimals and getattr(a, "dtype", None) == _F64:  # scaling by 10**decimals in float32 precision
+        raise NotImplementedError("mlx.core.round with decimals computes float64 at float32 precision")
+    return _mlx_core.round(a, decimals, **kwargs)
+
+
+#: mlx.core as the lowerings use it: the module's names, the float64-inexact ones guarded (a plain
+#: namespace, so a lookup costs what a module attribute does)
+core = SimpleNamespace(**{n: getattr(_mlx_core, n) for n in dir(_mlx_core) if not n.startswith("__")})
+for _name in FLOAT64_INEXACT:
+    setattr(core, _name, _float64_exact(_name, getattr(_mlx_core, _name)))
+core.round = _round
 
 _ARR = core.array
 _FLOATS = {core.float16, core.bfloat16, core.float32, core.float64}

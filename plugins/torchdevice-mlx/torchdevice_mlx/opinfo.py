@@ -134,6 +134,30 @@ def check(opinfo) -> Row:
     return Row(row_name(opinfo), _how(opinfo), n, fwd, bwd, ", ".join(fell))
 
 
+def check_float64(opinfo) -> str:
+    """``"pass"`` when every float64 sample's output on MLX-backed inputs equals torch's within float64
+    precision (``rtol=1e-10, atol=1e-12``), a ``"FAIL: ..."`` line otherwise, ``"n/a"`` without float64
+    samples. MLX computes some float64 kernels at float32 precision; those must run on the host."""
+    if torch.float64 not in opinfo.supported_dtypes("cpu"):
+        return "n/a"
+    try:
+        samples = list(opinfo.sample_inputs("cpu", torch.float64))[:MAX_SAMPLES]
+    except Exception:  # noqa: BLE001 -- the database cannot build samples here
+        return "n/a"
+    for sample in samples:
+        try:
+            want = opinfo(sample.input, *sample.args, **sample.kwargs)
+        except Exception:  # noqa: BLE001, S112 -- torch itself refuses this sample: nothing to compare
+            continue
+        try:
+            got = opinfo(_to_mlx(sample.input), *tree_map(_to_mlx, sample.args), **tree_map(_to_mlx, sample.kwargs))
+            torch.testing.assert_close(tree_map(_host, got), want, rtol=1e-10, atol=1e-12, equal_nan=True,
+                                       check_device=False)
+        except Exception as exc:  # noqa: BLE001 -- any failure is a FAIL
+            return f"FAIL: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+    return "pass"
+
+
 def _how(opinfo) -> str:
     name = (getattr(opinfo, "aten_name", None) or opinfo.name).split(".")[-1]
     return "lowered" if name in lowered_names() else "composite"
