@@ -12,7 +12,8 @@ from native torch or from the documented contract, never from torchdevice's own 
 * the stand-in ``torch.device`` class equals torch's class and hashes like it (equal objects,
   equal hashes: a dict keyed by the real class answers for the stand-in);
 * ``torch.load`` with a ``map_location`` table whose value torch rejects fails as native torch fails;
-* ``unpatch()`` succeeds when the program itself dropped the device pickler installed by ``patch()``.
+* ``unpatch()`` succeeds when the program itself dropped the device pickler installed by ``patch()``;
+* a factory this torch lacks is skipped, not an error.
 """
 from __future__ import annotations
 
@@ -220,3 +221,16 @@ def test_unpatch_succeeds_when_the_program_dropped_the_device_pickler(on_cpu):
     finally:
         copyreg.dispatch_table.clear()
         copyreg.dispatch_table.update(saved)
+
+
+# -- a factory missing from this torch is skipped ------------------------------------------------
+
+
+def test_a_factory_missing_from_this_torch_is_skipped(on_cpu, monkeypatch):
+    translate.unpatch()
+    # devices.FACTORIES lists factories of several torch versions; patch only those present
+    monkeypatch.delattr(torch, "empty_quantized")
+    with torchdevice.patched():
+        assert not hasattr(torch, "empty_quantized")
+        assert torch.zeros(1, device="cuda").device == RealDevice("cpu")
+    assert not hasattr(torch, "empty_quantized")
