@@ -3,6 +3,7 @@
     python scripts/mutation.py                    # the five core modules, one after the other
     python scripts/mutation.py devices streams    # some of them
     python scripts/mutation.py cpu --max-children 1 --survivors
+    python scripts/mutation.py devices --resume   # go on where a stopped run of the module left off
 
 Each module runs in its own scratch copy of the checkout (``.mutation/<module>/``, ignored by
 git) whose ``[tool.mutmut]`` names that module and the fast in-process tests that reach it
@@ -10,6 +11,9 @@ git) whose ``[tool.mutmut]`` names that module and the fast in-process tests tha
 those, so a module's mutants never wait on the whole suite. Subprocess tests import the unmutated
 tree, so they cannot kill a mutant and are not selected. The summary (killed, survived, timeout,
 no tests, score) is printed per module; ``--survivors`` also prints each surviving mutant's diff.
+A module's run can take longer than a session allows (devices.py: 536 mutants, about 10 a minute
+on a busy 2-core VM); ``--resume`` keeps the scratch copy and mutmut's recorded results, so a run
+stopped by a time limit goes on with the mutants not yet checked.
 """
 from __future__ import annotations
 
@@ -144,8 +148,10 @@ def _score(counts: Counter) -> str:
     return f"{100 * detected / reached:.1f}% ({detected}/{reached})" if reached else "n/a"
 
 
-def run(module: str, max_children: int, survivors: bool) -> Counter:
-    work = _prepare(module)
+def run(module: str, max_children: int, survivors: bool, resume: bool = False) -> Counter:
+    work = SCRATCH / module
+    if not (resume and (work / "mutants").is_dir()):
+        work = _prepare(module)
     print(f"== mutmut over torchdevice/{module}.py ({', '.join(_tests(module))})", flush=True)
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)], cwd=work,
@@ -169,13 +175,15 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"modules to mutate (default: all of {', '.join(MODULES)})")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--survivors", action="store_true", help="print the diff of every surviving mutant")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the module's scratch copy and results from a stopped run (the tests as copied then)")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
     total: Counter = Counter()
     for module in args.modules or list(MODULES):
-        total += run(module, args.max_children, args.survivors)
+        total += run(module, args.max_children, args.survivors, args.resume)
     if len(args.modules or MODULES) > 1:
         print(f"== all: {sum(total.values())} mutants, " + ", ".join(f"{s} {n}" for s, n in sorted(total.items()))
               + f"; score {_score(total)}")

@@ -10,11 +10,15 @@ from native torch or from the documented contract, never from torchdevice's own 
 * ``unpatch()`` leaves ``copyreg``'s table exactly as it found it, whatever was in it;
 * ``torch.Generator`` and ``Tensor.cuda()`` reject what native torch rejects;
 * the stand-in ``torch.device`` class equals torch's class and hashes like it (equal objects,
-  equal hashes: a dict keyed by the real class answers for the stand-in).
+  equal hashes: a dict keyed by the real class answers for the stand-in);
+* ``torch.load`` with a ``map_location`` table whose value torch rejects fails as native torch fails;
+* ``unpatch()`` succeeds when the program itself dropped the device pickler installed by ``patch()``;
+* a factory this torch lacks is skipped, not an error.
 """
 from __future__ import annotations
 
 import copyreg
+import io
 import os
 import pickle
 
@@ -171,3 +175,62 @@ def test_the_stand_in_classes_equal_and_hash_as_torchs_classes(translated):
         assert hash(stand_in) == hash(real)  # equal objects hash alike (Python's data model)
         assert {real: "found"}[stand_in] == "found" and stand_in in {real}
     assert torch.device != torch.Generator and not (torch.device == torch.Generator)
+
+
+# -- torch.load: a map_location table value torch rejects stays rejected ----------------------------
+
+
+def _failure(call) -> tuple[type, str] | None:
+    try:
+        call()
+    except Exception as error:  # the class and the message are what is compared
+        return type(error), str(error)
+    return None
+
+
+@pytest.mark.parametrize("value", [0, None])
+def test_load_with_a_table_value_torch_rejects_fails_as_natively(on_cpu, value):
+    translate.unpatch()
+    buffer = io.BytesIO()
+    torch.save(torch.arange(3.0), buffer)
+
+    def load():
+        buffer.seek(0)
+        return torch.load(buffer, map_location={"cpu": value})  # torch wants a location string
+
+    native = _failure(load)
+    assert native is not None and native[0] is TypeError
+    with torchdevice.patched():
+        assert _failure(load) == native
+
+
+# -- unpatch() when the program removed the device pickler itself ------------------------------------
+
+
+def test_unpatch_succeeds_when_the_program_dropped_the_device_pickler(on_cpu):
+    translate.unpatch()
+    saved = dict(copyreg.dispatch_table)
+    try:
+        copyreg.dispatch_table.pop(RealDevice, None)
+        torchdevice.patch()
+        copyreg.dispatch_table.pop(RealDevice)  # patch() installed it; the program takes it out
+        translate.unpatch()
+        assert not translate.is_patched() and torch.device is RealDevice
+        assert RealDevice not in copyreg.dispatch_table
+        assert pickle.loads(pickle.dumps(RealDevice("cpu", 0))) == RealDevice("cpu", 0)
+    finally:
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(saved)
+
+
+# -- a factory missing from this torch is skipped ------------------------------------------------
+
+
+def test_a_factory_missing_from_this_torch_is_skipped(on_cpu, monkeypatch):
+    translate.unpatch()
+    # devices.FACTORIES lists factories of several torch versions; patch only those present
+    monkeypatch.delattr(torch, "empty_quantized")
+    with torchdevice.patched():
+        assert not hasattr(torch, "empty_quantized")
+        assert torch.zeros(1, device="cuda").device == RealDevice("cpu")
+    assert not hasattr(torch, "empty_quantized")

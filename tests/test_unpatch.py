@@ -205,3 +205,33 @@ def test_patcher_contract():
     assert box.a == "after discard"
     p.restore()
     assert vars(box) == {"a": "a0"} and len(p) == 0
+
+
+def test_patcher_suspend_and_resume_give_back_and_reapply_every_change():
+    """Mutation testing (docs/testing.md): a resume() putting back None for changes set at once passed."""
+    from torchdevice._patching import Patcher
+
+    class Box:
+        pass
+
+    box, p = Box(), Patcher()
+    box.a = "a0"
+    p.set(box, "a", "direct")  # applied at once
+    p.stage()
+    p.set(box, "b", "staged")
+    p.commit()
+    assert (box.a, box.b) == ("direct", "staged")
+    p.suspend()  # what was there before, as restore() would put it back
+    assert vars(box) == {"a": "a0"}
+    p.resume()
+    assert (box.a, box.b) == ("direct", "staged")
+    p.restore()
+    assert vars(box) == {"a": "a0"} and len(p) == 0
+
+
+def test_patcher_get_answers_the_default_for_a_missing_attribute():
+    from torchdevice._patching import Patcher
+
+    p, box = Patcher(), type("Box", (), {})()
+    assert p.get(box, "missing", "fallback") == "fallback"  # as getattr(box, "missing", "fallback")
+    assert p.get(box, "missing") is None
