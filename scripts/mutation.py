@@ -64,6 +64,8 @@ SUBPROCESS_ONLY = [
     "mp_spawn_over_device_count_on_two_logical_devices", "run_bad_device_count",
     # tests/test_api_extras.py, tests/test_unpatch.py
     "info_shows_each_backends_description", "first_unpatch_restores_what_was_there_before_any_patch",
+    # tests/test_router_mutants.py (entry points, read once per process)
+    "unavailable_entry_point_backend_by_name_lists_every_available_backend",
 ]
 TIMEOUT_MULTIPLIER, TIMEOUT_CONSTANT = 4.0, 30.0
 #: imported once by mutmut's fork server (importing starts no threads; running ops does)
