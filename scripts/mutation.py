@@ -66,6 +66,7 @@ SUBPROCESS_ONLY = [
     "info_shows_each_backends_description", "first_unpatch_restores_what_was_there_before_any_patch",
     # tests/test_router_mutants.py (entry points, read once per process)
     "unavailable_entry_point_backend_by_name_lists_every_available_backend",
+    "named_backend_failing_at_resolution_lists_every_available_backend",
 ]
 TIMEOUT_MULTIPLIER, TIMEOUT_CONSTANT = 4.0, 30.0
 #: imported once by mutmut's fork server (importing starts no threads; running ops does)

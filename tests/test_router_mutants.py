@@ -132,3 +132,42 @@ def test_unavailable_entry_point_backend_by_name_lists_every_available_backend(t
     error = json.loads(result.stdout)
     assert error["reason"] == "no downchip card found"
     assert {"cpu", "sparechip"} <= set(error["available"]) and "downchip" not in error["available"]
+
+
+BROKEN_PLUGIN = textwrap.dedent("""
+    from torchdevice.cpu import CPUBackend
+
+    class Spare(CPUBackend):
+        name, device_type, priority = "sparechip", "cpu", -100
+
+    class Broken(CPUBackend):
+        name, device_type, priority = "brokenchip", "cpu", -100
+
+        def memory(self):
+            raise RuntimeError("brokenchip's driver lost its memory table")
+
+    spare, broken = Spare(), Broken()
+""")
+
+
+def test_named_backend_failing_at_resolution_lists_every_available_backend(tmp_path):
+    """Available when asked, then broken while resolving: the error names what else is available, every
+    backend (not only the plugins a named selection had imported), and not the broken one."""
+    src, site = tmp_path / "src", tmp_path / "site"
+    src.mkdir()
+    (src / "td_broken.py").write_text(BROKEN_PLUGIN)
+    write_distribution(site, "broken-chips", "1.0",
+                       {"torchdevice": {"brokenchip": "td_broken:broken", "sparechip": "td_broken:spare"}},
+                       [src / "td_broken.py"])
+    result = run_python(textwrap.dedent("""
+        import json, torchdevice
+        torchdevice.use("brokenchip")
+        try:
+            torchdevice.memory_allocated()
+        except torchdevice.BackendUnavailableError as exc:
+            print(json.dumps({"reason": exc.reason, "available": exc.available}))
+    """), pythonpath=[site])
+    assert result.returncode == 0, result
+    error = json.loads(result.stdout)
+    assert "lost its memory table" in error["reason"], error
+    assert {"cpu", "sparechip"} <= set(error["available"]) and "brokenchip" not in error["available"], error

@@ -382,8 +382,8 @@ def _activate() -> ActiveBackend:
             except BackendUnavailableError as exc:
                 _unresolvable[name] = exc.reason
                 _mark_unresolvable(_named_records(name))
-                if source != "priority":
-                    raise BackendUnavailableError(name, exc.reason, _usable(_named_records(name)), source) from None
+                if source != "priority":  # the error lists every backend, so load them all (as check() does)
+                    raise BackendUnavailableError(name, exc.reason, _usable(discover()), source) from None
                 failures.append(str(exc))
                 continue
             for record in _named_records(name).values():
