@@ -97,7 +97,7 @@ def test_empty_fields_are_filled_per_device(router_state):
     assert len({a0.uuid, a1.uuid, b0.uuid}) == 3 and "" not in {a0.uuid, a1.uuid, b0.uuid}
 
 
-PAIR_PLUGIN = textwrap.dedent("""
+CHIPS_PLUGIN = textwrap.dedent("""
     from torchdevice import Availability
     from torchdevice.cpu import CPUBackend
 
@@ -110,64 +110,46 @@ PAIR_PLUGIN = textwrap.dedent("""
         def availability(self):
             return Availability(False, "no downchip card found")
 
-    spare, down = Spare(), Down()
-""")
-
-
-def test_unavailable_entry_point_backend_by_name_lists_every_available_backend(tmp_path):
-    src, site = tmp_path / "src", tmp_path / "site"
-    src.mkdir()
-    (src / "td_pair.py").write_text(PAIR_PLUGIN)
-    write_distribution(site, "pair-chips", "1.0",
-                       {"torchdevice": {"sparechip": "td_pair:spare", "downchip": "td_pair:down"}},
-                       [src / "td_pair.py"])
-    result = run_python(textwrap.dedent("""
-        import json, torchdevice
-        try:
-            torchdevice.use("downchip")
-        except torchdevice.BackendUnavailableError as exc:
-            print(json.dumps({"reason": exc.reason, "available": exc.available}))
-    """), pythonpath=[site])
-    assert result.returncode == 0, result
-    error = json.loads(result.stdout)
-    assert error["reason"] == "no downchip card found"
-    assert {"cpu", "sparechip"} <= set(error["available"]) and "downchip" not in error["available"]
-
-
-BROKEN_PLUGIN = textwrap.dedent("""
-    from torchdevice.cpu import CPUBackend
-
-    class Spare(CPUBackend):
-        name, device_type, priority = "sparechip", "cpu", -100
-
     class Broken(CPUBackend):
         name, device_type, priority = "brokenchip", "cpu", -100
 
         def memory(self):
             raise RuntimeError("brokenchip's driver lost its memory table")
 
-    spare, broken = Spare(), Broken()
+    spare, down, broken = Spare(), Down(), Broken()
 """)
+
+
+def _named_backend_error(tmp_path, name: str, then: str) -> dict:
+    """The BackendUnavailableError of ``use(name)`` followed by ``then``, in a process where three
+    entry-point backends are installed (one available, one unavailable, one failing to resolve)."""
+    src, site = tmp_path / "src", tmp_path / "site"
+    src.mkdir()
+    (src / "td_chips.py").write_text(CHIPS_PLUGIN)
+    write_distribution(site, "three-chips", "1.0", {"torchdevice": {
+        "sparechip": "td_chips:spare", "downchip": "td_chips:down", "brokenchip": "td_chips:broken"}},
+        [src / "td_chips.py"])
+    result = run_python(textwrap.dedent(f"""
+        import json, torchdevice
+        try:
+            torchdevice.use({name!r})
+            {then}
+        except torchdevice.BackendUnavailableError as exc:
+            print(json.dumps({{"reason": exc.reason, "available": exc.available}}))
+    """), pythonpath=[site])
+    assert result.returncode == 0, result
+    return json.loads(result.stdout)
+
+
+def test_unavailable_entry_point_backend_by_name_lists_every_available_backend(tmp_path):
+    error = _named_backend_error(tmp_path, "downchip", "pass")
+    assert error["reason"] == "no downchip card found"
+    assert {"cpu", "sparechip", "brokenchip"} <= set(error["available"]) and "downchip" not in error["available"]
 
 
 def test_named_backend_failing_at_resolution_lists_every_available_backend(tmp_path):
     """Available when asked, then broken while resolving: the error names what else is available, every
     backend (not only the plugins a named selection had imported), and not the broken one."""
-    src, site = tmp_path / "src", tmp_path / "site"
-    src.mkdir()
-    (src / "td_broken.py").write_text(BROKEN_PLUGIN)
-    write_distribution(site, "broken-chips", "1.0",
-                       {"torchdevice": {"brokenchip": "td_broken:broken", "sparechip": "td_broken:spare"}},
-                       [src / "td_broken.py"])
-    result = run_python(textwrap.dedent("""
-        import json, torchdevice
-        torchdevice.use("brokenchip")
-        try:
-            torchdevice.memory_allocated()
-        except torchdevice.BackendUnavailableError as exc:
-            print(json.dumps({"reason": exc.reason, "available": exc.available}))
-    """), pythonpath=[site])
-    assert result.returncode == 0, result
-    error = json.loads(result.stdout)
+    error = _named_backend_error(tmp_path, "brokenchip", "torchdevice.memory_allocated()")
     assert "lost its memory table" in error["reason"], error
     assert {"cpu", "sparechip"} <= set(error["available"]) and "brokenchip" not in error["available"], error
