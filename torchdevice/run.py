@@ -367,21 +367,6 @@ def _display_site(site: str, cwd: str) -> str:
     return f"{filename}:{line}"
 
 
-def _other_family_probe(api: str, target) -> str | None:
-    """The family ``api`` probes for a device when that family is translated but not the source
-    (``torch.xpu.is_available`` in a CUDA program: ``"xpu"``), else None."""
-    from . import trace
-
-    parts = api.split(".")
-    if len(parts) == 3 and parts[0] == "torch" and parts[2] in trace.PROBES:
-        family = parts[1]
-    elif len(parts) == 4 and parts[:2] == ["torch", "backends"] and parts[3] in trace.BACKEND_PROBES:
-        family = parts[2]
-    else:
-        return None
-    return family if family in target.sources and family != target.source else None
-
-
 def _other_family_of(api: str, target) -> str | None:
     """The translated family ``api`` belongs to when it is not the source (``torch.xpu.manual_seed_all``
     in a CUDA program: ``"xpu"``), else None."""
@@ -390,6 +375,18 @@ def _other_family_of(api: str, target) -> str | None:
         return None
     family = parts[2] if parts[1] == "backends" else parts[1]
     return family if family in target.sources and family != target.source else None
+
+
+def _other_family_probe(api: str, target) -> str | None:
+    """The family ``api`` probes for a device when that family is translated but not the source
+    (``torch.xpu.is_available`` in a CUDA program: ``"xpu"``), else None."""
+    from . import trace
+
+    parts = api.split(".")
+    backends = parts[1:2] == ["backends"]
+    if len(parts) != (4 if backends else 3) or parts[-1] not in (trace.BACKEND_PROBES if backends else trace.PROBES):
+        return None
+    return _other_family_of(api, target)
 
 
 def _probes_per_family(calls: dict[str, int], target) -> dict[str, int]:
