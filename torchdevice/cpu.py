@@ -313,9 +313,7 @@ class CPUMemory(MemoryOps):
     @translated("CUDA's keys (torchdevice.memstats): allocated/active/requested bytes from memory_allocated, "
                 "reserved bytes from the resident set, CUDA-allocator mechanisms 0; plus cpu.* raw figures")
     def memory_stats(self, index: int) -> dict:
-        counted = self._counted("memory_stats")
-        allocated = counted.read()
-        peak = max(counted.peak(), allocated)
+        allocated, peak = self._counted("memory_stats").read_with_peak()
         try:
             fields = self._status("memory_stats")
         except UnsupportedError:

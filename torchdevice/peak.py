@@ -44,30 +44,33 @@ class SampledPeak:
         self.samples = 0  #: samples the thread has taken (tests wait on it)
         _live.add(self)
 
-    def read(self) -> int:
-        """The counter's current value, folded into the peak; starts the sampler the first time."""
+    def read_with_peak(self) -> tuple[int, int]:
+        """The counter's current value and the highest value seen since creation or the last
+        :meth:`reset` (which includes it), from one read; starts the sampler the first time."""
         if self._pid != os.getpid() and self._interval is not None:
             self._start()
         return self._fold()
 
+    def read(self) -> int:
+        """The counter's current value, folded into the peak."""
+        return self.read_with_peak()[0]
+
     def peak(self) -> int:
         """The highest value seen since creation or the last :meth:`reset` (reads the counter too)."""
-        current = self.read()
-        with self._lock:
-            return max(self._peak, current)
+        return self.read_with_peak()[1]
 
     def reset(self) -> None:
         """Make the current value the peak."""
         with self._lock:
             self._peak = self._read()
 
-    def _fold(self) -> int:
+    def _fold(self) -> tuple[int, int]:
         # read inside the lock: a reset() cannot be overtaken by a sample taken before it
         with self._lock:
             value = self._read()
             if value > self._peak:
                 self._peak = value
-        return value
+            return value, self._peak
 
     def _start(self) -> None:
         with _start_lock:
