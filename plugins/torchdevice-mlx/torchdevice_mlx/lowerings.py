@@ -907,24 +907,25 @@ def _names(*arrays, c10: bool = False) -> list:
     return [_MATMUL_NAMES.get(x.dtype, (str(_tdt(x.dtype)),) * 2)[c10] for x in arrays]
 
 
-def _matmul_operands(a, b):
+def _check_floating(a, b) -> None:
     if a.dtype not in _FLOATS or b.dtype not in _FLOATS:
         raise NotImplementedError("integer matmul")  # MLX multiplies floating arrays only: torch on the host
-    return a, b
 
 
 @lower(aten.mm.default)
 def _mm(a, b):
     if a.dtype != b.dtype:  # torch refuses mixed dtypes (CUDA too); promoting would hide the program's bug
         raise RuntimeError("expected m1 and m2 to have the same dtype, but got: {} != {}".format(*_names(a, b, c10=True)))
-    return core.matmul(*_matmul_operands(a, b))
+    _check_floating(a, b)
+    return core.matmul(a, b)
 
 
 @lower(aten.bmm.default)
 def _bmm(a, b):
     if a.dtype != b.dtype:
         raise RuntimeError("expected scalar type {} but found {}".format(*_names(a, b)))
-    return core.matmul(*_matmul_operands(a, b))
+    _check_floating(a, b)
+    return core.matmul(a, b)
 
 
 @lower(aten.addmm.default)
@@ -933,7 +934,8 @@ def _addmm(bias, a, b, beta=1, alpha=1):
         raise RuntimeError("mat1 and mat2 must have the same dtype, but got {} and {}".format(*_names(a, b)))
     if bias.dtype != b.dtype:
         raise RuntimeError("self and mat2 must have the same dtype, but got {} and {}".format(*_names(bias, b)))
-    return _scaled_addmm(bias, *_matmul_operands(a, b), beta, alpha)
+    _check_floating(a, b)
+    return _scaled_addmm(bias, a, b, beta, alpha)
 
 
 def _scaled_addmm(bias, a, b, beta, alpha):
@@ -952,7 +954,8 @@ def _baddbmm(bias, a, b, beta=1, alpha=1):
     if not bias.dtype == a.dtype == b.dtype:
         raise RuntimeError("Input dtypes must be the same, got: input {}, batch1: {}, batch2: {}".format(
             *_names(bias, a, b, c10=True)))
-    return _scaled_addmm(bias, *_matmul_operands(a, b), beta, alpha)
+    _check_floating(a, b)
+    return _scaled_addmm(bias, a, b, beta, alpha)
 
 
 @lower(aten.cat.default, prims.cat.default)
