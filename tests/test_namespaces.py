@@ -555,22 +555,3 @@ def test_generated_wrappers_take_exactly_their_implementations_parameters(patche
         own = inspect.signature(w, follow_wrapped=False)  # the generated code's own parameter list
         assert _kinds_and_defaults(own) == _kinds_and_defaults(inspect.signature(w.__wrapped__)), w.__name__
         assert w.__code__.co_name == w.__name__  # tracebacks name the function, not "wrapper"
-
-
-def _every_kind(a, b=1, /, c=2, *args, d, e=3, **kw):
-    pass
-
-
-def _keyword_only(*, x=None, y):
-    pass
-
-
-@pytest.mark.parametrize("fn", [_every_kind, _keyword_only, lambda: None, lambda device=None, *a: None,
-                                lambda a, *, b: None])
-def test_code_shape_reads_what_inspect_reads(fn):
-    import inspect
-
-    params = inspect.signature(fn).parameters.values()
-    expected = (tuple((p.name, p.kind, p.default is not p.empty) for p in params),
-                [p.default for p in params if p.default is not p.empty])
-    assert namespaces._code_shape(fn) == expected

@@ -78,7 +78,7 @@ CUDA_PROPERTY_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # its own __repr__ (the dataclass would build one and drop it)
 class DeviceProperties:
     """Properties of one device, with the field names of ``torch.cuda.get_device_properties``:
     every field of torch's ``_CudaDeviceProperties`` (:data:`CUDA_PROPERTY_FIELDS`).

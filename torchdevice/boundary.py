@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
-import inspect
 import os
 import sys
 import threading
 from typing import Any, Callable
 
 import torch
+
+from .forwarding import maker, shape_of
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
@@ -77,61 +78,29 @@ def in_torch(filename: str) -> bool:
     return filename.startswith(_TORCH_DIR)
 
 
+#: the body of a generated split (:func:`torchdevice.forwarding.maker`)
+_SPLIT = """\
+    if _internal(_getframe(1).f_code.co_filename):
+        return _real({args})
+    return _translated({args})
+"""
+_SPLIT_NAMES = ("_getframe", "_internal", "_real", "_translated")
+
+
 def split(translated: Callable, real: Callable) -> Callable:
     """``translated`` for the program, ``real`` for torch's own machinery (decided by the caller's file).
 
     The result takes exactly ``translated``'s parameters (generated code, no ``*args`` packing),
     so ``inspect.signature`` and a wrong call's ``TypeError`` read as the translated function's.
     """
-    params, call, scope = _parameters(inspect.signature(translated))
-    scope.update(_getframe=sys._getframe, _internal=torch_internal, _real=real, _translated=translated)
-    source = (
-        f"def answer({params}):\n"
-        f"    if _internal(_getframe(1).f_code.co_filename):\n"
-        f"        return _real({call})\n"
-        f"    return _translated({call})\n"
-    )
-    exec(compile(source, f"{__file__}<split {getattr(translated, '__name__', '?')}>", "exec"), scope)
-    answer = scope["answer"]
+    # the parameters translated's own code takes (a wrapper's, not those of what it wraps): they are passed on
+    shape, defaults = shape_of(translated, follow_wrapped=False)
+    make = maker(_SPLIT, _SPLIT_NAMES, shape, f"{__file__}<split>")
+    answer = make(sys._getframe, torch_internal, real, translated, *defaults)
     functools.update_wrapper(answer, translated)
     answer.__code__ = answer.__code__.replace(co_name=translated.__name__, co_qualname=translated.__name__)
     answer.__torchdevice_real__ = real  # type: ignore[attr-defined]
     return answer
-
-
-def _parameters(sig: inspect.Signature) -> tuple[str, str, dict]:
-    """The parameter list and the forwarding call of ``sig``, with defaults bound in a scope."""
-    P = inspect.Parameter
-    params: list[str] = []
-    call: list[str] = []
-    scope: dict = {}
-    star = False
-    for i, p in enumerate(sig.parameters.values()):
-        text = p.name
-        if p.default is not P.empty:
-            scope[f"_d{i}"] = p.default
-            text += f"=_d{i}"
-        if p.kind is P.VAR_POSITIONAL:
-            params.append(f"*{p.name}")
-            call.append(f"*{p.name}")
-            star = True
-        elif p.kind is P.VAR_KEYWORD:
-            params.append(f"**{p.name}")
-            call.append(f"**{p.name}")
-        elif p.kind is P.KEYWORD_ONLY:
-            if not star:
-                params.append("*")
-                star = True
-            params.append(text)
-            call.append(f"{p.name}={p.name}")
-        else:
-            params.append(text)
-            call.append(p.name)
-        if p.kind is P.POSITIONAL_ONLY and not any(
-            q.kind is P.POSITIONAL_ONLY for q in list(sig.parameters.values())[i + 1:]
-        ):
-            params.append("/")
-    return ", ".join(params), ", ".join(call), scope
 
 
 class TorchImports(importlib.abc.MetaPathFinder):

@@ -68,24 +68,24 @@ class Entry(NamedTuple):
 
 # -- parsing the seed ---------------------------------------------------------------
 
-_HEADER = re.compile(r"^\|\s*\S*\s*([A-Z_]+)\s*\|\s*CPU\s*\|")
-_ROW = re.compile(
-    r"^\| `(?P<api>[\w.]+)` \|(?:[^|]*\|){5} `(?P<args>[^`]*)` \| `(?P<returns>[^`]*)` \| ?(?P<notes>.*?) ?\|\s*$"
-)
+# patterns, compiled at the first parse (re's cache): activation imports this module, and never parses
+_HEADER = r"^\|\s*\S*\s*([A-Z_]+)\s*\|\s*CPU\s*\|"
+_ROW = r"^\| `(?P<api>[\w.]+)` \|(?:[^|]*\|){5} `(?P<args>[^`]*)` \| `(?P<returns>[^`]*)` \| ?(?P<notes>.*?) ?\|\s*$"
 
 
 def parse_seed(text: str) -> dict:
     """Extract the device sections from the seed's text; return the JSON-ready dict."""
     sections: dict[str, list[dict]] = {name: [] for name in SECTIONS}
     current = None
+    header_pattern, row_pattern = re.compile(_HEADER), re.compile(_ROW)
     for line in text.splitlines():
-        header = _HEADER.match(line)
+        header = header_pattern.match(line)
         if header:
             current = header.group(1) if header.group(1) in SECTIONS else None
             continue
         if current is None:
             continue
-        row = _ROW.match(line)
+        row = row_pattern.match(line)
         if row is None:
             continue
         args = [a.strip() for a in row.group("args").split(",") if a.strip()]

@@ -15,7 +15,6 @@ The paths are module constants so that tests can point them at a fake tree.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 import sys
@@ -102,11 +101,8 @@ class MallocZones:
 
     @classmethod
     def open(cls) -> "MallocZones | None":
-        if sys.platform != "darwin":
-            return None
-        try:
-            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").malloc_zone_statistics
-        except (OSError, AttributeError):
+        fn = getattr(_libc_darwin(), "malloc_zone_statistics", None)  # getattr(None, ...) is None off macOS
+        if fn is None:
             return None
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -128,8 +124,11 @@ _HOST_VM_INFO64, _HOST_VM_INFO64_COUNT = 4, 38  # vm_statistics64: free_count, a
 
 
 def _libc_darwin():
+    """The C library on macOS (its Mach and sysctl calls), else None."""
     if sys.platform != "darwin":
         return None
+    import ctypes.util  # here, not at the top: only macOS reads through it
+
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib")
     except OSError:
@@ -172,10 +171,11 @@ def mach_mem_info() -> tuple[int, int] | None:
 
 def sysctl_int(name: str) -> int | None:
     """``sysctlbyname(name)`` as an integer (macOS, BSD); None elsewhere or when it fails."""
-    if sys.platform != "darwin":
+    libc = _libc_darwin()
+    if libc is None:
         return None
     try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib").sysctlbyname
+        fn = libc.sysctlbyname
         value, size = ctypes.c_uint64(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint64))
         if fn(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
             return None

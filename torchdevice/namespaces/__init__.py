@@ -138,7 +138,6 @@ from .table import (
     fronts,
     where,
 )
-from .wrapping import _code_shape
 
 _wrap_optional_ops()
 

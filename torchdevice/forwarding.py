@@ -1,0 +1,144 @@
+"""Generated functions that take exactly another function's parameters and pass them on.
+
+A wrapper written ``def wrapper(*args, **kwargs)`` packs every call's arguments and shows a
+useless signature; the wrappers torchdevice installs (:mod:`torchdevice.namespaces.wrapping`,
+:func:`torchdevice.boundary.split`) are generated with the wrapped function's own parameter list
+instead, so a call forwards its arguments as they are, and ``inspect.signature`` and a wrong
+call's ``TypeError`` read as the original's.
+
+Activation wraps about two hundred functions, most of them of a handful of signature shapes
+(``(device=None)``, ``()``, ...): :func:`maker` compiles one maker per (body, shape), not one
+function per wrapped function.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Callable
+
+#: ``(name, kind, has_default)`` per parameter, in order (kinds are :class:`inspect.Parameter`'s)
+Shape = tuple[tuple[str, Any, bool], ...]
+
+_makers: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
+
+
+def shape_of(fn: Callable, *, follow_wrapped: bool = True) -> tuple[Shape, list[Any]]:
+    """``fn``'s parameters as a :data:`Shape` and its default values, in order.
+
+    ``follow_wrapped``: read the signature ``inspect.signature`` shows (through ``__wrapped__``
+    and ``__signature__``); otherwise the parameters of ``fn``'s own code, where it is a plain function.
+    """
+    if type(fn) is types.FunctionType and not (
+            follow_wrapped and (hasattr(fn, "__wrapped__") or hasattr(fn, "__signature__"))):
+        return code_shape(fn)  # what inspect.signature would say, at a tenth of the cost
+    params = inspect.signature(fn, follow_wrapped=follow_wrapped).parameters.values()
+    shape = tuple((p.name, p.kind, p.default is not p.empty) for p in params)
+    return shape, [p.default for p in params if p.default is not p.empty]
+
+
+def code_shape(fn: types.FunctionType) -> tuple[Shape, list[Any]]:
+    """:func:`shape_of` a plain function, read from its code object and defaults."""
+    P = inspect.Parameter
+    code = fn.__code__
+    n_pos, n_kw = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    defaults = list(fn.__defaults__ or ())
+    kwdefaults = fn.__kwdefaults__ or {}
+    first_default = n_pos - len(defaults)
+    shape: list[tuple[str, Any, bool]] = [
+        (names[i], P.POSITIONAL_ONLY if i < code.co_posonlyargcount else P.POSITIONAL_OR_KEYWORD, i >= first_default)
+        for i in range(n_pos)]
+    at = n_pos + n_kw
+    if code.co_flags & inspect.CO_VARARGS:
+        shape.append((names[at], P.VAR_POSITIONAL, False))
+        at += 1
+    for name in names[n_pos:n_pos + n_kw]:
+        shape.append((name, P.KEYWORD_ONLY, name in kwdefaults))
+        if name in kwdefaults:
+            defaults.append(kwdefaults[name])
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        shape.append((names[at], P.VAR_KEYWORD, False))
+    return tuple(shape), defaults
+
+
+def maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> Callable:
+    """A function ``make(*values, *defaults)`` returning a function with the parameters ``shape``
+    whose body is ``body``.
+
+    ``body`` (indented by four spaces) sees ``names``, bound to ``values``, and writes ``{args}`` where
+    the parameters are passed on as received (``x, *args, key=key, **kwargs``). ``defaults`` are
+    the default values of ``shape``, in order (:func:`shape_of`). ``filename`` is the generated
+    code's file name (a caller that skips its own package's frames recognises it).
+
+    The compiled code is shared by every shape that differs only in the names of parameters not
+    passed by keyword (``(device=None)`` and ``(value=None)``): the made function gets its own
+    names by renaming its code's variables, so only a few distinct shapes are compiled.
+    """
+    P = inspect.Parameter
+    clash = [name for name, kind, _ in shape if kind is P.KEYWORD_ONLY and name in names]
+    if clash:  # the parameter would hide the value the body means
+        raise ValueError(f"keyword-only parameter(s) {', '.join(clash)} clash with the names of the body: "
+                         f"{', '.join(names)}")
+    # the names a call passes by keyword stay in the compiled code; the others are renamed afterwards
+    generic = tuple((name if kind is P.KEYWORD_ONLY else f"_a{i}", kind, has_default)
+                    for i, (name, kind, has_default) in enumerate(shape))
+    key = (body, names, generic)
+    compiled = _makers.get(key)
+    if compiled is None:
+        compiled = _makers[key] = _compile(body, names, generic, filename)
+    renamed = _code_order(shape)
+    if renamed == _code_order(generic):
+        return compiled
+
+    def make(*values):
+        made = compiled(*values)
+        code = made.__code__
+        made.__code__ = code.replace(co_varnames=renamed + code.co_varnames[len(renamed):])
+        return made
+
+    return make
+
+
+def _code_order(shape: Shape) -> tuple[str, ...]:
+    """The parameter names in the order a code object lists them (``co_varnames``): positional,
+    keyword-only, then ``*args`` and ``**kwargs``."""
+    P = inspect.Parameter
+    rank = {P.POSITIONAL_ONLY: 0, P.POSITIONAL_OR_KEYWORD: 0, P.KEYWORD_ONLY: 1, P.VAR_POSITIONAL: 2,
+            P.VAR_KEYWORD: 3}
+    return tuple(name for name, _, _ in sorted(shape, key=lambda p: rank[p[1]]))
+
+
+def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> Callable:
+    P = inspect.Parameter
+    params: list[str] = []
+    args: list[str] = []
+    defaults: list[str] = []
+    for name, kind, has_default in shape:
+        default = ""
+        if has_default:
+            default = f"=_d{len(defaults)}"
+            defaults.append(f"_d{len(defaults)}")
+        if kind is P.VAR_POSITIONAL:
+            params.append(f"*{name}")
+            args.append(f"*{name}")
+        elif kind is P.VAR_KEYWORD:
+            params.append(f"**{name}")
+            args.append(f"**{name}")
+        elif kind is P.KEYWORD_ONLY:
+            if not any(p.startswith("*") for p in params):
+                params.append("*")
+            params.append(f"{name}{default}")
+            args.append(f"{name}={name}")
+        else:
+            params.append(f"{name}{default}")
+            args.append(name)
+    positional_only = [i for i, (_, kind, _) in enumerate(shape) if kind is P.POSITIONAL_ONLY]
+    if positional_only:
+        params.insert(max(positional_only) + 1, "/")
+    source = (f"def make({', '.join([*names, *defaults])}):\n"
+              f"    def function({', '.join(params)}):\n"
+              + "".join(f"    {line}\n" for line in body.format(args=", ".join(args)).splitlines())
+              + "    return function\n")
+    scope: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), scope)  # noqa: S102
+    return scope["make"]
