@@ -191,6 +191,15 @@ def test_catalog_json_matches_the_seed():
     assert catalog.DATA.read_text(encoding="utf-8") == expected, "regenerate: python -m torchdevice.catalog"
 
 
+def test_the_catalog_names_module_lists_every_catalog_function_of_each_namespace():
+    from torchdevice.data.catalog_names import NAMES
+
+    by_namespace: dict[str, set[str]] = {}
+    for entry in catalog.entries():
+        by_namespace.setdefault(entry.namespace, set()).add(entry.name)
+    assert NAMES == by_namespace, "regenerate: python -m torchdevice.catalog"
+
+
 def test_a_note_shown_for_one_backend_names_that_backend():
     # notes differing only by the backend's name are merged under a "<backend>" placeholder; a
     # note left for a single backend must name it

@@ -11,8 +11,12 @@ the examples kept beside it in :mod:`torchdevice.data.catalog_examples`.
 
 Regenerate or check the JSON when the seed is at hand::
 
-    python -m torchdevice.catalog            # rewrite data/catalog.json from the seed
-    python -m torchdevice.catalog --check    # exit 1 if the JSON differs from the seed
+    python -m torchdevice.catalog            # rewrite data/catalog.json (and data/catalog_names.py) from the seed
+    python -m torchdevice.catalog --check    # exit 1 if either differs from the seed
+
+``data/catalog_names.py`` holds each namespace's function names (:data:`NAMES
+<torchdevice.data.catalog_names.NAMES>`), written with the JSON: activation needs only the
+names, and importing that module (bytecode-cached) costs a small part of parsing the JSON.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ SECTION_NAMESPACE = {
 }
 
 DATA = Path(__file__).with_name("data") / "catalog.json"
+NAMES_MODULE = DATA.with_name("catalog_names.py")
 SEED_GLOB = "004_*.txt"
 
 
@@ -131,6 +136,20 @@ def render(data: dict, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_names(data: dict) -> str:
+    """The text of ``catalog_names.py`` for parsed ``data``: each namespace's function names."""
+    lines = ['"""Each catalog namespace\'s function names, written by ``python -m torchdevice.catalog`` with',
+             "``catalog.json`` (do not edit): what activation reads of the catalog (see :mod:`torchdevice.catalog`).",
+             '"""', "", "NAMES: dict[str, frozenset[str]] = {"]
+    for section, rows in data["sections"].items():
+        names = sorted({row["api"].rpartition(".")[2] for row in rows})
+        lines.append(f"    {json.dumps(SECTION_NAMESPACE[section])}: frozenset({{")
+        lines += [f"        {json.dumps(name)}," for name in names]
+        lines.append("    }),")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 # -- loading the shipped catalog -----------------------------------------------------
 
 
@@ -180,17 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     if seed is None or not seed.is_file():
         print(f"torchdevice.catalog: no seed file found (looked in {', '.join(map(str, SEED_DIRS))})", file=sys.stderr)
         return 2
-    text = render(parse_seed(seed.read_text(encoding="utf-8")), seed.name)
+    data = parse_seed(seed.read_text(encoding="utf-8"))
+    files = {DATA: render(data, seed.name), NAMES_MODULE: render_names(data)}
     if args.check:
-        current = DATA.read_text(encoding="utf-8") if DATA.exists() else ""
-        if current != text:
-            print(f"{DATA} is stale: regenerate with python -m torchdevice.catalog", file=sys.stderr)
-            return 1
-        return 0
+        stale = [path for path, text in files.items()
+                 if (path.read_text(encoding="utf-8") if path.exists() else "") != text]
+        for path in stale:
+            print(f"{path} is stale: regenerate with python -m torchdevice.catalog", file=sys.stderr)
+        return 1 if stale else 0
     DATA.parent.mkdir(exist_ok=True)
-    DATA.write_text(text, encoding="utf-8")
-    counts = {s: len(v) for s, v in json.loads(text)["sections"].items()}
-    print(f"wrote {DATA}: {counts}")
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    counts = {s: len(v) for s, v in data["sections"].items()}
+    print(f"wrote {DATA} and {NAMES_MODULE.name}: {counts}")
     return 0
 
 

@@ -35,6 +35,9 @@ class Status(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    def __format__(self, spec: str) -> str:  # f"{status}": the value, without Enum.__format__'s detour
+        return format(self.value, spec)
+
 
 STATUS_ATTR = "__torchdevice_status__"
 

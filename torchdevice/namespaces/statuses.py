@@ -32,14 +32,13 @@ def status(view: View, ns: str, name: str) -> tuple[Status, str] | None:
 
 def _original_names() -> dict[str, set[str]]:
     """The names each namespace really has (before any patch), plus its catalog names."""
-    from .. import catalog
+    from ..data.catalog_names import NAMES  # the catalog's names, without parsing it (activation reads this)
 
     names = {}
     for ns in NAMESPACES:
         module = getattr(torch, ns)
         found = set(getattr(module, "__all__", ())) | {n for n in vars(module) if not n.startswith("_")}
-        found |= {e.name for e in catalog.entries() if e.namespace == f"torch.{ns}"}
-        names[ns] = found
+        names[ns] = found | NAMES.get(f"torch.{ns}", frozenset())
     return names
 
 

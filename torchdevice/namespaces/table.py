@@ -63,10 +63,17 @@ NVTX_SPECS: dict[str, Spec] = {}
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+_relative: dict[str, str] = {}  # one os.path.relpath per file: about a hundred rows are declared at import
+
+
 def _caller() -> str:
     """``file:line`` of the declaration (the family module's line calling a helper below)."""
     frame = sys._getframe(2)
-    return f"{os.path.relpath(frame.f_code.co_filename, _PACKAGE_ROOT)}:{frame.f_lineno}"
+    filename = frame.f_code.co_filename
+    path = _relative.get(filename)
+    if path is None:
+        path = _relative[filename] = os.path.relpath(filename, _PACKAGE_ROOT)
+    return f"{path}:{frame.f_lineno}"
 
 
 def _each(names: Names) -> tuple[str, ...]:
