@@ -19,7 +19,9 @@ from typing import Any, Callable
 #: ``(name, kind, has_default)`` per parameter, in order (kinds are :class:`inspect.Parameter`'s)
 Shape = tuple[tuple[str, Any, bool], ...]
 
+#: (body, names, shape) -> its maker; (body, names, shape with generic names) -> the compiled one it uses
 _makers: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
+_compiled: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
 
 
 def shape_of(fn: Callable, *, follow_wrapped: bool = True) -> tuple[Shape, list[Any]]:
@@ -74,6 +76,14 @@ def maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> Cal
     passed by keyword (``(device=None)`` and ``(value=None)``): the made function gets its own
     names by renaming its code's variables, so only a few distinct shapes are compiled.
     """
+    key = (body, names, shape)
+    found = _makers.get(key)
+    if found is None:
+        found = _makers[key] = _new_maker(body, names, shape, filename)
+    return found
+
+
+def _new_maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> Callable:
     P = inspect.Parameter
     clash = [name for name, kind, _ in shape if kind is P.KEYWORD_ONLY and name in names]
     if clash:  # the parameter would hide the value the body means
@@ -83,9 +93,9 @@ def maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> Cal
     generic = tuple((name if kind is P.KEYWORD_ONLY else f"_a{i}", kind, has_default)
                     for i, (name, kind, has_default) in enumerate(shape))
     key = (body, names, generic)
-    compiled = _makers.get(key)
+    compiled = _compiled.get(key)
     if compiled is None:
-        compiled = _makers[key] = _compile(body, names, generic, filename)
+        compiled = _compiled[key] = _compile(body, names, generic, filename)
     renamed = _code_order(shape)
     if renamed == _code_order(generic):
         return compiled
