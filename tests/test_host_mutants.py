@@ -45,10 +45,21 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 class _Foreign:
-    """A foreign function as ctypes gives it: ``restype`` and ``argtypes`` can be set on it."""
+    """A foreign function as ctypes gives it: ``restype`` and ``argtypes`` can be set on it, and ``restype``
+    refuses what ctypes refuses."""
 
     def __init__(self, fn):
         self.fn, self.restype, self.argtypes = fn, ctypes.c_int, None  # ctypes' defaults
+
+    @property
+    def restype(self):
+        return self._restype
+
+    @restype.setter
+    def restype(self, value):
+        if value is not None and not isinstance(value, type) and not callable(value):
+            raise TypeError("restype must be a type, a callable, or None")  # ctypes' own check and words
+        self._restype = value
 
     def __call__(self, *args):
         return self.fn(*args)
