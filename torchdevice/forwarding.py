@@ -38,15 +38,29 @@ def shape_of(fn: Callable, *, follow_wrapped: bool = True) -> tuple[Shape, list[
     return shape, [p.default for p in params if p.default is not p.empty]
 
 
+#: (code, number of defaults, keyword-only names with defaults) -> shape: the closures one builder makes share it
+_code_shapes: dict[tuple[types.CodeType, int, frozenset[str]], Shape] = {}
+
+
 def code_shape(fn: types.FunctionType) -> tuple[Shape, list[Any]]:
     """:func:`shape_of` a plain function, read from its code object and defaults."""
-    P = inspect.Parameter
-    code = fn.__code__
-    n_pos, n_kw = code.co_argcount, code.co_kwonlyargcount
-    names = code.co_varnames
     defaults = list(fn.__defaults__ or ())
     kwdefaults = fn.__kwdefaults__ or {}
-    first_default = n_pos - len(defaults)
+    key = (fn.__code__, len(defaults), frozenset(kwdefaults))
+    shape = _code_shapes.get(key)
+    if shape is None:
+        shape = _code_shapes[key] = _read_code_shape(fn.__code__, len(defaults), kwdefaults)
+    if kwdefaults:  # in the order of the keyword-only parameters, after the positional defaults
+        defaults += [kwdefaults[name] for name, kind, _ in shape if kind is inspect.Parameter.KEYWORD_ONLY
+                     and name in kwdefaults]
+    return shape, defaults
+
+
+def _read_code_shape(code: types.CodeType, n_defaults: int, kwdefaults: dict[str, Any]) -> Shape:
+    P = inspect.Parameter
+    n_pos, n_kw = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    first_default = n_pos - n_defaults
     shape: list[tuple[str, Any, bool]] = [
         (names[i], P.POSITIONAL_ONLY if i < code.co_posonlyargcount else P.POSITIONAL_OR_KEYWORD, i >= first_default)
         for i in range(n_pos)]
@@ -56,11 +70,9 @@ def code_shape(fn: types.FunctionType) -> tuple[Shape, list[Any]]:
         at += 1
     for name in names[n_pos:n_pos + n_kw]:
         shape.append((name, P.KEYWORD_ONLY, name in kwdefaults))
-        if name in kwdefaults:
-            defaults.append(kwdefaults[name])
     if code.co_flags & inspect.CO_VARKEYWORDS:
         shape.append((names[at], P.VAR_KEYWORD, False))
-    return tuple(shape), defaults
+    return tuple(shape)
 
 
 def maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> Callable:

@@ -54,7 +54,7 @@ class BackendRecord:
         return dict(vars(self))
 
 
-@dataclass
+@dataclass(eq=False)  # one object per resolution: compared by identity (and no __eq__ to generate at import)
 class ActiveBackend:
     """The resolved, cached backend that the API and the translation layer use."""
 
