@@ -44,7 +44,7 @@ MODULES: dict[str, list[str]] = {
     "host": ["tests/test_api_cpu.py", "tests/test_memory.py", "tests/test_cpu_mutants.py",
              "tests/test_device_properties.py", "tests/test_host_sensors.py", "tests/test_host_mutants.py"],
     "streams": ["tests/test_host_streams.py", "tests/test_api_cpu.py", "tests/test_namespaces.py",
-                "tests/test_honesty_oracle.py", "tests/test_source_family.py"],
+                "tests/test_honesty_oracle.py", "tests/test_source_family.py", "tests/test_streams_mutants.py"],
     "_patching": ["tests/test_unpatch.py", "tests/test_devices.py", "tests/test_namespaces.py",
                   "tests/test_source_family.py"],
 }
