@@ -78,7 +78,9 @@ CUDA_PROPERTY_FIELDS = (
 )
 
 
-@dataclass(frozen=True, repr=False)  # its own __repr__ (the dataclass would build one and drop it)
+# its own __repr__ (the dataclass would build one and drop it); compared by identity, as torch's
+# _CudaDeviceProperties are (and no __eq__/__hash__ to generate at every activation)
+@dataclass(frozen=True, repr=False, eq=False)
 class DeviceProperties:
     """Properties of one device, with the field names of ``torch.cuda.get_device_properties``:
     every field of torch's ``_CudaDeviceProperties`` (:data:`CUDA_PROPERTY_FIELDS`).

@@ -84,9 +84,10 @@ def maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> Cal
     the default values of ``shape``, in order (:func:`shape_of`). ``filename`` is the generated
     code's file name (a caller that skips its own package's frames recognises it).
 
-    The compiled code is shared by every shape that differs only in the names of parameters not
-    passed by keyword (``(device=None)`` and ``(value=None)``): the made function gets its own
-    names by renaming its code's variables, so only a few distinct shapes are compiled.
+    The compiled code is shared by every shape that differs only in defaults or in the names of
+    parameters not passed by keyword (``(device=None)``, ``(value=None)`` and ``(seed)``): the made
+    function gets its own names by renaming its code's variables and its own defaults, so only a
+    few distinct patterns are compiled.
     """
     key = (body, names, shape)
     found = _makers.get(key)
@@ -101,21 +102,32 @@ def _new_maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -
     if clash:  # the parameter would hide the value the body means
         raise ValueError(f"keyword-only parameter(s) {', '.join(clash)} clash with the names of the body: "
                          f"{', '.join(names)}")
-    # the names a call passes by keyword stay in the compiled code; the others are renamed afterwards
-    generic = tuple((name if kind is P.KEYWORD_ONLY else f"_a{i}", kind, has_default)
-                    for i, (name, kind, has_default) in enumerate(shape))
+    # The compiled code keeps only what a code object holds: the kinds, and the names a call passes by
+    # keyword. The other names are renamed in afterwards, and the defaults (a function's, not its
+    # code's) are set on each made function.
+    generic = tuple((name if kind is P.KEYWORD_ONLY else f"_a{i}", kind, False)
+                    for i, (name, kind, _) in enumerate(shape))
     key = (body, names, generic)
     compiled = _compiled.get(key)
     if compiled is None:
         compiled = _compiled[key] = _compile(body, names, generic, filename)
     renamed = _code_order(shape)
     if renamed == _code_order(generic):
-        return compiled
+        renamed = ()
+    n_values = len(names)
+    n_positional = sum(1 for _, kind, has_default in shape if has_default and kind is not P.KEYWORD_ONLY)
+    keyword_defaults = [name for name, kind, has_default in shape if has_default and kind is P.KEYWORD_ONLY]
 
     def make(*values):
-        made = compiled(*values)
-        code = made.__code__
-        made.__code__ = code.replace(co_varnames=renamed + code.co_varnames[len(renamed):])
+        made = compiled(*values[:n_values])
+        if renamed:
+            code = made.__code__
+            made.__code__ = code.replace(co_varnames=renamed + code.co_varnames[len(renamed):])
+        defaults = values[n_values:]
+        if n_positional:
+            made.__defaults__ = defaults[:n_positional]
+        if keyword_defaults:
+            made.__kwdefaults__ = dict(zip(keyword_defaults, defaults[n_positional:]))
         return made
 
     return make
@@ -134,12 +146,7 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
     P = inspect.Parameter
     params: list[str] = []
     args: list[str] = []
-    defaults: list[str] = []
-    for name, kind, has_default in shape:
-        default = ""
-        if has_default:
-            default = f"=_d{len(defaults)}"
-            defaults.append(f"_d{len(defaults)}")
+    for name, kind, _ in shape:  # no defaults: the made function's own are set by the maker
         if kind is P.VAR_POSITIONAL:
             params.append(f"*{name}")
             args.append(f"*{name}")
@@ -149,15 +156,15 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
         elif kind is P.KEYWORD_ONLY:
             if not any(p.startswith("*") for p in params):
                 params.append("*")
-            params.append(f"{name}{default}")
+            params.append(name)
             args.append(f"{name}={name}")
         else:
-            params.append(f"{name}{default}")
+            params.append(name)
             args.append(name)
     positional_only = [i for i, (_, kind, _) in enumerate(shape) if kind is P.POSITIONAL_ONLY]
     if positional_only:
         params.insert(max(positional_only) + 1, "/")
-    source = (f"def make({', '.join([*names, *defaults])}):\n"
+    source = (f"def make({', '.join(names)}):\n"
               f"    def function({', '.join(params)}):\n"
               + "".join(f"    {line}\n" for line in body.format(args=", ".join(args)).splitlines())
               + "    return function\n")

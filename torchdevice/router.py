@@ -33,7 +33,7 @@ ENV_BACKEND = "TORCHDEVICE_BACKEND"
 ENV_PRIORITY = "TORCHDEVICE_PRIORITY"
 
 
-@dataclass
+@dataclass(eq=False)  # a mutable record (selection, problems) compared by identity; no __eq__ to generate at import
 class BackendRecord:
     """One discovered backend, as :func:`torchdevice.backends` reports it."""
 
