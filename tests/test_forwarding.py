@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
+import sys
+from pathlib import Path
 
 import pytest
+from helpers import run_command, run_python
 
 from torchdevice import forwarding
 
@@ -114,3 +118,34 @@ def test_a_positional_parameter_named_like_a_value_of_the_body_does_not_hide_it(
     shape, defaults = forwarding.shape_of(fn)
     generated = forwarding.maker("    return target({args})\n", ("target",), shape, "<test>")(fn, *defaults)
     assert generated("x") == ("fn got", "x") and generated(target="y") == ("fn got", "y")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_kept_makers_are_the_ones_activating_the_cpu_backend_builds():
+    done = run_command([sys.executable, str(ROOT / "scripts" / "forwarding_made.py"), "--check"])
+    assert done.returncode == 0, done.stderr
+
+
+def test_activating_the_cpu_backend_compiles_no_maker():
+    done = run_python("import torch, json\nfrom torchdevice import forwarding\n"
+                      "assert torch.cuda.is_available()\nprint(json.dumps(forwarding.compiled_sources))",
+                      env={"TORCHDEVICE_BACKEND": "cpu"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [], "regenerate: python scripts/forwarding_made.py"
+
+
+def test_a_kept_maker_is_the_code_its_source_compiles_to():
+    from torchdevice._forwarding_made import MADE
+
+    assert MADE
+    for source, kept in MADE.items():
+        scope: dict = {}
+        exec(compile(source, "<test>", "exec"), scope)  # noqa: S102
+        compiled = scope["make"]
+        inner = [c for c in compiled.__code__.co_consts if inspect.iscode(c)]
+        kept_inner = [c for c in kept.__code__.co_consts if inspect.iscode(c)]
+        assert [c.co_code for c in inner] == [c.co_code for c in kept_inner]
+        assert [c.co_varnames for c in inner] == [c.co_varnames for c in kept_inner]
+        assert compiled.__code__.co_varnames == kept.__code__.co_varnames

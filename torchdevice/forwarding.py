@@ -7,11 +7,14 @@ instead, so a call forwards its arguments as they are, and ``inspect.signature``
 call's ``TypeError`` read as the original's.
 
 Activation wraps about two hundred functions, most of them of a handful of signature shapes
-(``(device=None)``, ``()``, ...): :func:`maker` compiles one maker per (body, shape), not one
-function per wrapped function.
+(``(device=None)``, ``()``, ...): :func:`maker` compiles one maker per pattern, not one
+function per wrapped function. The patterns activating the built-in CPU backend uses are not
+compiled at all: they are kept as source in :mod:`torchdevice._forwarding_made` (bytecode-cached
+like any module), written by ``python scripts/forwarding_made.py`` and checked by the tests.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import types
 from typing import Any, Callable
@@ -22,6 +25,10 @@ Shape = tuple[tuple[str, Any, bool], ...]
 #: (body, names, shape) -> its maker; (body, names, shape with generic names) -> the compiled one it uses
 _makers: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
 _compiled: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
+#: the source of every maker compiled in this process (not found in :mod:`torchdevice._forwarding_made`)
+compiled_sources: list[str] = []
+_made: dict[str, Callable] | None = None
+MADE_MODULE = "torchdevice._forwarding_made"
 
 
 def shape_of(fn: Callable, *, follow_wrapped: bool = True) -> tuple[Shape, list[Any]]:
@@ -168,6 +175,48 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
               f"    def function({', '.join(params)}):\n"
               + "".join(f"    {line}\n" for line in body.format(args=", ".join(args)).splitlines())
               + "    return function\n")
+    made = _made_makers().get(source)
+    if made is not None:
+        return made
+    compiled_sources.append(source)
     scope: dict[str, Any] = {}
     exec(compile(source, filename, "exec"), scope)  # noqa: S102
     return scope["make"]
+
+
+def _made_makers() -> dict[str, Callable]:
+    """The makers kept as source in :mod:`torchdevice._forwarding_made`, by the source they were written from."""
+    global _made
+    if _made is None:
+        try:
+            module = importlib.import_module(MADE_MODULE)
+            _made = dict(module.MADE)
+        except ImportError:  # not written yet: every maker is compiled
+            _made = {}
+    return _made
+
+
+def render_made(sources: list[str]) -> str:
+    """The text of ``_forwarding_made.py`` for the maker ``sources`` (each as :func:`maker` writes it)."""
+    lines = ['"""Makers of :mod:`torchdevice.forwarding` kept as source: the patterns activating the built-in CPU',
+             "backend uses (compiling them cost a millisecond or two of every activation). Written by",
+             "``python scripts/forwarding_made.py``; do not edit. Each ``make_N`` is the source that is its key in",
+             ":data:`MADE`, renamed.", '"""', "", "from typing import Callable", ""]
+    ordered = sorted(set(sources))
+    for i, source in enumerate(ordered):
+        lines += ["", source.replace("def make(", f"def make_{i}(", 1)]
+    lines += ["", "#: the source forwarding.maker builds -> the function written from it",
+              "MADE: dict[str, Callable] = {"]
+    lines += [f"    {source!r}: make_{i}," for i, source in enumerate(ordered)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def compile_everything() -> None:
+    """From now on compile every maker, none taken from :mod:`torchdevice._forwarding_made`, and record
+    each source in :data:`compiled_sources` (what ``scripts/forwarding_made.py`` writes that module from)."""
+    global _made
+    _made = {}
+    _makers.clear()
+    _compiled.clear()
+    del compiled_sources[:]

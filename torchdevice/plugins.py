@@ -147,18 +147,26 @@ def _call(plugin: str, hook: str, impl, kwargs):
     materialised inside it (a generator failing or hanging half-way fails here)."""
     if hook not in BOUNDED_HOOKS:
         return impl.function(*[kwargs[arg] for arg in impl.argnames])
-    with _deadline(f"plugin {plugin!r}'s {hook}"):
+    # the built-in backend is torchdevice's own code, which answers at once: arming a timer for it would cost
+    # activation more than the answer does
+    bound = contextlib.nullcontext() if impl.plugin is _builtin else _deadline(f"plugin {plugin!r}'s {hook}")
+    with bound:
         result = impl.function(*[kwargs[arg] for arg in impl.argnames])
         if hook == "torchdevice_backends" and result is not None:
             result = _spec_list(result)
         return result
 
 
+_builtin: object = None  # the built-in CPU plugin object, once registered
+
+
 def _load_builtin() -> None:
+    global _builtin
     if not pm.has_plugin(BUILTIN) and not pm.is_blocked(BUILTIN):
         from .cpu import plugin as cpu_plugin
 
         pm.register(cpu_plugin, name=BUILTIN)
+        _builtin = cpu_plugin
         plugin_info[BUILTIN] = PluginInfo(BUILTIN, "torchdevice", _core_version())
 
 
