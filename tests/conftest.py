@@ -8,13 +8,14 @@ afterwards. Tests of the CPU semantics take :func:`on_cpu`.
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import CPU_FIRST, unset_env, with_cpu_first
+from helpers import CPU_FIRST, FakeClock, unset_env, with_cpu_first
 
 import torchdevice
-from torchdevice import plugins, router
+from torchdevice import host, plugins, router
 
 os.environ.update(CPU_FIRST)  # the suite expects automatic selection to pick cpu (see helpers.CPU_FIRST)
 
@@ -83,3 +84,24 @@ def restore_rng():
     state = torch.get_rng_state()
     yield
     torch.set_rng_state(state)
+
+
+@pytest.fixture
+def sysfs(tmp_path, monkeypatch):
+    """Empty hwmon, thermal and powercap roots under tmp_path, in place of /sys/class's, on a Linux host."""
+    roots = {name: tmp_path / name for name in ("hwmon", "thermal", "powercap")}
+    for path in roots.values():
+        path.mkdir()
+    monkeypatch.setattr(host, "HWMON", str(roots["hwmon"]))
+    monkeypatch.setattr(host, "THERMAL", str(roots["thermal"]))
+    monkeypatch.setattr(host, "POWERCAP", str(roots["powercap"]))
+    monkeypatch.setattr(host, "sys", SimpleNamespace(platform="linux"))
+    return roots
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A :class:`helpers.FakeClock` in place of :mod:`torchdevice.host`'s ``time``."""
+    fake = FakeClock()
+    monkeypatch.setattr(host, "time", fake)
+    return fake

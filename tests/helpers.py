@@ -12,6 +12,9 @@
 * :class:`FakeBackend` -- an in-process backend with a chosen name, priority,
   availability and device count, running on the real CPU operations, for
   selection tests through :func:`torchdevice.plugins.register`.
+* :func:`write_files` and :class:`FakeClock` -- fake sysfs/procfs trees and a fake
+  ``time`` for :mod:`torchdevice.host`'s readers (the ``sysfs`` and ``clock`` fixtures
+  of ``conftest.py`` use them).
 """
 from __future__ import annotations
 
@@ -83,6 +86,40 @@ def write_plugin(site: Path, dist: str, version: str, entry_name: str, module: s
     return write_distribution(
         site, dist, version, {"torchdevice": {entry_name: f"{module}:{attr}"}}, [PLUGIN_FIXTURES / f"{module}.py"]
     )
+
+
+# -- fake host trees and clock (torchdevice.host) ------------------------------------------
+
+
+#: a real RAPL ``max_energy_range_uj``
+RAPL_RANGE = 262_143_328_850
+
+
+def write_files(root: Path, files: Mapping[str, str]) -> None:
+    """Write ``{relative path: text}`` under ``root``, making the directories."""
+    for rel, text in files.items():
+        path = Path(root) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+class FakeClock:
+    """``time.monotonic``/``time.sleep`` for :mod:`torchdevice.host`: sleeping advances the clock (by ``rate``
+    times the time asked for) and runs ``during_sleep`` (the counters moving meanwhile)."""
+
+    def __init__(self):
+        self.now, self.rate = 1000.0, 1.0
+        self.slept: list[float] = []
+        self.during_sleep = None
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds * self.rate
+        if self.during_sleep is not None:
+            self.during_sleep()
 
 
 # -- subprocesses -----------------------------------------------------------------------

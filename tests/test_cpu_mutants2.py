@@ -18,11 +18,11 @@ import ctypes
 import os
 import threading
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import write_files
 
 import torchdevice
 from torchdevice import cpu, host
@@ -265,10 +265,7 @@ def cpu0(tmp_path, monkeypatch):
     files = {"topology/thread_siblings_list": "0,8\n", "cache/index0/level": "1\n", "cache/index0/size": "48K\n",
              "cache/index2/level": "2\n", "cache/index2/size": "2048K\n", "cpufreq/cpuinfo_max_freq": "3600000\n",
              "cpufreq/scaling_cur_freq": "1200000\n"}
-    for rel, text in files.items():
-        path: Path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(root, files)
     monkeypatch.setattr(host, "CPU0", str(root))
     return root
 

@@ -27,18 +27,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import RAPL_RANGE, write_files
 
 from torchdevice import host
 
 KERN_SUCCESS, KERN_INVALID_ARGUMENT, KERN_FAILURE = 0, 4, 5  # <mach/kern_return.h>
 TASK_PORT, HOST_PORT = 0x203, 0x103  # what mach_task_self_ and mach_host_self() name on a real Mac
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
 
 
 # -- the stand-in for macOS's C library ----------------------------------------------------------------
@@ -298,7 +292,7 @@ def cpu0(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("siblings", "threads"), [("0-1", 2), ("0,4", 2), ("2-3", 2), ("0-3,8-11", 8),
                                                    ("5", 1), ("0-1,4", 3)])
 def test_threads_per_core_counts_the_siblings_list(cpu0, siblings, threads):
-    _write(cpu0, {"topology/thread_siblings_list": siblings + "\n"})
+    write_files(cpu0, {"topology/thread_siblings_list": siblings + "\n"})
     assert host.threads_per_core() == threads
 
 
@@ -315,7 +309,7 @@ def test_threads_per_core_from_sysctl_is_a_whole_ratio_and_needs_both_counts(cpu
 @pytest.mark.parametrize(("size", "expected"), [("2048K", 2 << 20), ("2M", 2 << 20), ("1G", 1 << 30),
                                                 ("524288", 524288)])
 def test_l2_cache_size_is_the_level_2_entry_in_bytes(cpu0, size, expected):
-    _write(cpu0, {"cache/index0/level": "1\n", "cache/index0/size": "48K\n",
+    write_files(cpu0, {"cache/index0/level": "1\n", "cache/index0/size": "48K\n",
                   "cache/index1/level": "1\n", "cache/index1/size": "32K\n",
                   "cache/index2/level": "2\n", "cache/index2/size": size + "\n",
                   "cache/index3/level": "3\n", "cache/index3/size": "30720K\n"})
@@ -323,7 +317,7 @@ def test_l2_cache_size_is_the_level_2_entry_in_bytes(cpu0, size, expected):
 
 
 def test_l2_cache_size_falls_back_to_sysctl_then_zero(cpu0, monkeypatch):
-    _write(cpu0, {"cache/index0/level": "1\n", "cache/index0/size": "64K\n"})
+    write_files(cpu0, {"cache/index0/level": "1\n", "cache/index0/size": "64K\n"})
     monkeypatch.setattr(host, "sysctl_int", {"hw.l2cachesize": 4 << 20}.get)
     assert host.l2_cache_size() == 4 << 20
     monkeypatch.setattr(host, "sysctl_int", lambda name: None)
@@ -331,14 +325,14 @@ def test_l2_cache_size_falls_back_to_sysctl_then_zero(cpu0, monkeypatch):
 
 
 def test_the_max_clock_is_cpufreqs_maximum_not_the_current_clock(cpu0):
-    _write(cpu0, {"cpufreq/cpuinfo_max_freq": "4500000\n", "cpufreq/scaling_cur_freq": "1200000\n"})
+    write_files(cpu0, {"cpufreq/cpuinfo_max_freq": "4500000\n", "cpufreq/scaling_cur_freq": "1200000\n"})
     assert host.max_clock_khz() == 4_500_000
 
 
 def test_without_a_maximum_the_max_clock_is_the_current_clock_in_khz(cpu0, tmp_path):
-    _write(cpu0, {"cpufreq/scaling_cur_freq": "2994374\n"})
+    write_files(cpu0, {"cpufreq/scaling_cur_freq": "2994374\n"})
     assert host.max_clock_khz() == 2_994_000  # 2994 whole MHz
-    _write(cpu0, {"cpufreq/cpuinfo_max_freq": "n/a\n", "cpufreq/scaling_cur_freq": "garbage\n"})
+    write_files(cpu0, {"cpufreq/cpuinfo_max_freq": "n/a\n", "cpufreq/scaling_cur_freq": "garbage\n"})
     (tmp_path / "cpuinfo").write_text("processor\t: 0\ncpu MHz\t\t: 2394.374\n")
     assert host.max_clock_khz() == 2_394_000
 
@@ -354,19 +348,6 @@ def test_without_sysfs_or_cpuinfo_the_max_clock_is_sysctls_hz_in_whole_khz(cpu0,
 # -- temperatures: what is read, and what the error says was tried ---------------------------------------
 
 
-@pytest.fixture
-def sysfs(tmp_path, monkeypatch):
-    """Empty hwmon, thermal and powercap roots under tmp_path, in place of /sys/class's; not macOS."""
-    roots = {name: tmp_path / name for name in ("hwmon", "thermal", "powercap")}
-    for path in roots.values():
-        path.mkdir()
-    monkeypatch.setattr(host, "HWMON", str(roots["hwmon"]))
-    monkeypatch.setattr(host, "THERMAL", str(roots["thermal"]))
-    monkeypatch.setattr(host, "POWERCAP", str(roots["powercap"]))
-    monkeypatch.setattr(host, "sys", SimpleNamespace(platform="linux"))
-    return roots
-
-
 def _unreadable(call) -> str:
     with pytest.raises(host.Unreadable) as info:
         call()
@@ -374,31 +355,31 @@ def _unreadable(call) -> str:
 
 
 def test_a_device_without_a_name_is_skipped_and_the_rest_read(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/temp1_input": "99000\n",  # no name: not known to be the CPU
+    write_files(sysfs["hwmon"], {"hwmon0/temp1_input": "99000\n",  # no name: not known to be the CPU
                             "hwmon1/name": "coretemp\n", "hwmon1/temp1_input": "45000\n"})
     assert host.cpu_temperature() == 45
 
 
 def test_every_cpu_package_counts_whatever_its_order(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "71200\n",
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "71200\n",
                             "hwmon1/name": "coretemp\n", "hwmon1/temp1_input": "44000\n"})
     assert host.cpu_temperature() == 71
 
 
 def test_the_temperature_is_rounded_to_the_nearest_degree(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/name": "k10temp\n", "hwmon0/temp1_input": "62520\n"})
+    write_files(sysfs["hwmon"], {"hwmon0/name": "k10temp\n", "hwmon0/temp1_input": "62520\n"})
     assert host.cpu_temperature() == 63  # 62.52 degrees
 
 
 @pytest.mark.parametrize(("milli", "celsius"), [("150000", 150), ("-50000", -50)])
 def test_the_plausible_ranges_ends_are_temperatures(sysfs, milli, celsius):
-    _write(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": milli + "\n"})
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": milli + "\n"})
     assert host.cpu_temperature() == celsius
 
 
 def test_the_error_lists_each_sensor_and_why_it_gave_nothing(sysfs, monkeypatch):
     hwmon, thermal = sysfs["hwmon"], sysfs["thermal"]
-    _write(hwmon, {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "0\n", "hwmon0/temp2_input": "garbage\n",
+    write_files(hwmon, {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "0\n", "hwmon0/temp2_input": "garbage\n",
                    "hwmon0/temp3_input": "255000\n"})
     real_open = open
 
@@ -416,16 +397,16 @@ def test_the_error_lists_each_sensor_and_why_it_gave_nothing(sysfs, monkeypatch)
 
 
 def test_a_cpu_driver_without_inputs_is_named_and_not_called_missing(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_max": "100000\n"})
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_max": "100000\n"})
     message = _unreadable(host.cpu_temperature)
     assert f"{sysfs['hwmon']}/hwmon0: coretemp has no temp*_input" in message
     assert "no CPU sensor" not in message  # there is one: it has no reading
 
 
 def test_the_error_names_the_drivers_looked_for_and_the_devices_found(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/name": "acpitz\n", "hwmon0/temp1_input": "40000\n",
+    write_files(sysfs["hwmon"], {"hwmon0/name": "acpitz\n", "hwmon0/temp1_input": "40000\n",
                             "hwmon1/name": "nvme\n", "hwmon1/temp1_input": "41000\n"})
-    _write(sysfs["thermal"], {"thermal_zone0/type": "acpitz\n", "thermal_zone0/temp": "40000\n",
+    write_files(sysfs["thermal"], {"thermal_zone0/type": "acpitz\n", "thermal_zone0/temp": "40000\n",
                               "thermal_zone1/temp": "40000\n",  # a zone without a type
                               "thermal_zone2/type": "pch_cannonlake\n", "thermal_zone2/temp": "40000\n"})
     message = _unreadable(host.cpu_temperature)
@@ -440,7 +421,7 @@ def test_with_no_devices_the_error_says_so(sysfs):
 
 
 def test_zone_types_written_with_dashes_are_the_cpus(sysfs):
-    _write(sysfs["thermal"], {"thermal_zone0/type": "x86-pkg-temp\n", "thermal_zone0/temp": "58000\n"})
+    write_files(sysfs["thermal"], {"thermal_zone0/type": "x86-pkg-temp\n", "thermal_zone0/temp": "58000\n"})
     assert host.cpu_temperature() == 58
 
 
@@ -454,39 +435,10 @@ def test_on_macos_the_error_says_why_there_is_no_reading(sysfs, monkeypatch):
 # -- package power ---------------------------------------------------------------------------------------
 
 
-class _Clock:
-    """time.monotonic/time.sleep for host: sleeping advances the clock (by ``rate`` times the time asked
-    for) and runs ``during_sleep``."""
-
-    def __init__(self):
-        self.now, self.rate = 1000.0, 1.0
-        self.slept: list[float] = []
-        self.during_sleep = None
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds * self.rate
-        if self.during_sleep is not None:
-            self.during_sleep()
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = _Clock()
-    monkeypatch.setattr(host, "time", fake)
-    return fake
-
-
-RANGE = 262_143_328_850  # a real max_energy_range_uj
-
-
-def _domain(root: Path, domain: str, energy: int, name: str | None = "package-0", top: str = f"{RANGE}") -> None:
-    _write(root, {f"{domain}/energy_uj": f"{energy}\n", f"{domain}/max_energy_range_uj": f"{top}\n"})
+def _domain(root: Path, domain: str, energy: int, name: str | None = "package-0", top: str = f"{RAPL_RANGE}") -> None:
+    write_files(root, {f"{domain}/energy_uj": f"{energy}\n", f"{domain}/max_energy_range_uj": f"{top}\n"})
     if name is not None:
-        _write(root, {f"{domain}/name": name + "\n"})
+        write_files(root, {f"{domain}/name": name + "\n"})
 
 
 def test_without_powercap_on_macos_the_error_says_where_power_is(tmp_path, monkeypatch):
@@ -517,7 +469,7 @@ def test_a_package_after_another_domain_is_read(sysfs):
     root = sysfs["powercap"]
     _domain(root, "intel-rapl:0", 7, name="psys")  # the platform domain listed first, as on some laptops
     _domain(root, "intel-rapl:1", 11, name="package-0")
-    assert host.PackagePower.read_packages() == ({"intel-rapl:1": 11}, {"intel-rapl:1": RANGE})
+    assert host.PackagePower.read_packages() == ({"intel-rapl:1": 11}, {"intel-rapl:1": RAPL_RANGE})
 
 
 def test_a_package_that_did_not_move_adds_nothing(sysfs, clock):

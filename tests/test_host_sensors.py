@@ -15,29 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import RAPL_RANGE, write_files
 
 import torchdevice
 from torchdevice import cpu, host, translate
 from torchdevice.errors import SensorUnavailableError, UnsupportedError
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-@pytest.fixture
-def sysfs(tmp_path, monkeypatch):
-    """Empty hwmon, thermal and powercap roots under tmp_path, in place of /sys/class's."""
-    roots = {name: tmp_path / name for name in ("hwmon", "thermal", "powercap")}
-    for path in roots.values():
-        path.mkdir()
-    monkeypatch.setattr(host, "HWMON", str(roots["hwmon"]))
-    monkeypatch.setattr(host, "THERMAL", str(roots["thermal"]))
-    monkeypatch.setattr(host, "POWERCAP", str(roots["powercap"]))
-    return roots
 
 
 def _deny(monkeypatch, suffix: str):
@@ -57,7 +39,7 @@ def _deny(monkeypatch, suffix: str):
 
 
 def test_the_temperature_is_the_hottest_coretemp_reading_and_other_devices_are_ignored(sysfs):
-    _write(sysfs["hwmon"], {
+    write_files(sysfs["hwmon"], {
         "hwmon0/name": "acpitz\n", "hwmon0/temp1_input": "95000\n",  # the motherboard: not the CPU
         "hwmon1/name": "coretemp\n",
         "hwmon1/temp1_label": "Package id 0\n", "hwmon1/temp1_input": "55000\n",
@@ -71,7 +53,7 @@ def test_the_temperature_is_the_hottest_coretemp_reading_and_other_devices_are_i
 
 
 def test_two_packages_give_the_hotter_one(sysfs):
-    _write(sysfs["hwmon"], {
+    write_files(sysfs["hwmon"], {
         "hwmon3/name": "coretemp\n", "hwmon3/temp1_input": "44000\n",
         "hwmon4/name": "coretemp\n", "hwmon4/temp1_input": "71200\n", "hwmon4/temp2_input": "66000\n",
     })
@@ -79,7 +61,7 @@ def test_two_packages_give_the_hotter_one(sysfs):
 
 
 def test_k10temp_leaves_out_tctl_where_tdie_is_given(sysfs):
-    _write(sysfs["hwmon"], {
+    write_files(sysfs["hwmon"], {
         "hwmon0/name": "k10temp\n",
         "hwmon0/temp1_label": "Tctl\n", "hwmon0/temp1_input": "80000\n",  # Tdie + a 27-degree fan offset
         "hwmon0/temp2_label": "Tdie\n", "hwmon0/temp2_input": "53000\n",
@@ -93,17 +75,17 @@ def test_k10temp_leaves_out_tctl_where_tdie_is_given(sysfs):
 
 @pytest.mark.parametrize("name", ["zenpower", "cpu_thermal"])
 def test_the_other_cpu_drivers_are_read(sysfs, name):
-    _write(sysfs["hwmon"], {"hwmon0/name": f"{name}\n", "hwmon0/temp1_input": "47400\n"})
+    write_files(sysfs["hwmon"], {"hwmon0/name": f"{name}\n", "hwmon0/temp1_input": "47400\n"})
     assert host.cpu_temperature() == 47
 
 
 def test_an_old_driver_keeps_its_attributes_under_device(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/device/name": "coretemp\n", "hwmon0/device/temp1_input": "39000\n"})
+    write_files(sysfs["hwmon"], {"hwmon0/device/name": "coretemp\n", "hwmon0/device/temp1_input": "39000\n"})
     assert host.cpu_temperature() == 39
 
 
 def test_garbage_and_error_codes_are_not_temperatures(sysfs):
-    _write(sysfs["hwmon"], {
+    write_files(sysfs["hwmon"], {
         "hwmon0/name": "coretemp\n",
         "hwmon0/temp1_input": "garbage\n",
         "hwmon0/temp2_input": "-273000\n",  # a sensor's "no reading"
@@ -114,8 +96,8 @@ def test_garbage_and_error_codes_are_not_temperatures(sysfs):
 
 
 def test_without_a_cpu_hwmon_the_cpu_thermal_zones_are_read(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/name": "acpitz\n", "hwmon0/temp1_input": "90000\n"})
-    _write(sysfs["thermal"], {
+    write_files(sysfs["hwmon"], {"hwmon0/name": "acpitz\n", "hwmon0/temp1_input": "90000\n"})
+    write_files(sysfs["thermal"], {
         "thermal_zone0/type": "acpitz\n", "thermal_zone0/temp": "95000\n",
         "thermal_zone1/type": "x86_pkg_temp\n", "thermal_zone1/temp": "52000\n",
         "thermal_zone2/type": "cpu-1-0-usr\n", "thermal_zone2/temp": "57400\n",
@@ -123,15 +105,15 @@ def test_without_a_cpu_hwmon_the_cpu_thermal_zones_are_read(sysfs):
         "cooling_device0/type": "Processor\n",
     })
     assert host.cpu_temperature() == 57
-    _write(sysfs["thermal"], {"thermal_zone2/temp": "not a number\n", "thermal_zone4/type": "soc_dts0\n",
+    write_files(sysfs["thermal"], {"thermal_zone2/temp": "not a number\n", "thermal_zone4/type": "soc_dts0\n",
                               "thermal_zone4/temp": "53600\n"})
     assert host.cpu_temperature() == 54
-    _write(sysfs["hwmon"], {"hwmon1/name": "coretemp\n", "hwmon1/temp1_input": "50000\n"})
+    write_files(sysfs["hwmon"], {"hwmon1/name": "coretemp\n", "hwmon1/temp1_input": "50000\n"})
     assert host.cpu_temperature() == 50  # a CPU driver's hwmon is preferred: the zones are not read then
 
 
 def test_a_root_only_sensor_is_skipped_and_alone_is_unreadable(sysfs, monkeypatch):
-    _write(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "75000\n",
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "75000\n",
                             "hwmon0/temp2_input": "43000\n"})
     _deny(monkeypatch, "temp1_input")
     assert host.cpu_temperature() == 43
@@ -141,8 +123,8 @@ def test_a_root_only_sensor_is_skipped_and_alone_is_unreadable(sysfs, monkeypatc
 
 
 def test_with_nothing_readable_the_query_raises_sensor_unavailable_naming_what_was_tried(sysfs):
-    _write(sysfs["hwmon"], {"hwmon0/name": "nvme\n", "hwmon0/temp1_input": "40000\n"})
-    _write(sysfs["thermal"], {"thermal_zone0/type": "acpitz\n", "thermal_zone0/temp": "40000\n"})
+    write_files(sysfs["hwmon"], {"hwmon0/name": "nvme\n", "hwmon0/temp1_input": "40000\n"})
+    write_files(sysfs["thermal"], {"thermal_zone0/type": "acpitz\n", "thermal_zone0/temp": "40000\n"})
     memory = cpu.CPUMemory("cpu")
     with pytest.raises(SensorUnavailableError) as info:
         memory.temperature(0)
@@ -167,41 +149,12 @@ def test_missing_roots_are_named(tmp_path, monkeypatch):
 # -- power ------------------------------------------------------------------------------------------------
 
 
-class _Clock:
-    """time.monotonic/time.sleep for host: sleeping advances the clock and runs ``during_sleep`` (the counters
-    moving meanwhile)."""
-
-    def __init__(self):
-        self.now = 1000.0
-        self.slept: list[float] = []
-        self.during_sleep = None
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-        if self.during_sleep is not None:
-            self.during_sleep()
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = _Clock()
-    monkeypatch.setattr(host, "time", fake)
-    return fake
-
-
-RANGE = 262_143_328_850  # a real max_energy_range_uj
-
-
 def _rapl(root: Path, energies: dict[str, int]) -> None:
     names = {"intel-rapl:0": "package-0", "intel-rapl:1": "package-1", "intel-rapl:0:0": "core",
              "intel-rapl:0:1": "dram", "intel-rapl:2": "psys", "intel-rapl-mmio:0": "package-0"}
     for domain, energy in energies.items():
-        _write(root, {f"{domain}/name": names[domain] + "\n", f"{domain}/energy_uj": f"{energy}\n",
-                      f"{domain}/max_energy_range_uj": f"{RANGE}\n"})
+        write_files(root, {f"{domain}/name": names[domain] + "\n", f"{domain}/energy_uj": f"{energy}\n",
+                      f"{domain}/max_energy_range_uj": f"{RAPL_RANGE}\n"})
 
 
 def test_power_is_the_packages_average_over_a_first_sample_then_since_the_previous_call(sysfs, clock):
@@ -227,8 +180,8 @@ def test_power_is_the_packages_average_over_a_first_sample_then_since_the_previo
 
 def test_a_counter_that_wrapped_is_unwrapped_with_its_range(sysfs, clock):
     root = sysfs["powercap"]
-    _rapl(root, {"intel-rapl:0": RANGE - 328_850})
-    clock.during_sleep = lambda: _rapl(root, {"intel-rapl:0": RANGE - 328_850 + 100_000})
+    _rapl(root, {"intel-rapl:0": RAPL_RANGE - 328_850})
+    clock.during_sleep = lambda: _rapl(root, {"intel-rapl:0": RAPL_RANGE - 328_850 + 100_000})
     power = host.PackagePower()
     assert power.milliwatts() == 1_000  # 0.1 J in 0.1 s
     clock.during_sleep = None
@@ -290,7 +243,7 @@ def test_root_only_energy_is_unreadable_through_the_backend_as_sensor_unavailabl
     ({}, "no RAPL package domain"),
 ])
 def test_unusable_powercap_trees_are_unreadable(sysfs, clock, files, message):
-    _write(sysfs["powercap"], files)
+    write_files(sysfs["powercap"], files)
     with pytest.raises(host.Unreadable, match=message):
         host.PackagePower().milliwatts()
 
@@ -334,7 +287,7 @@ def test_torch_cuda_reads_the_sensors_and_names_itself_in_the_error(sysfs, trans
         torch.cuda.temperature()
     assert info.value.function == "torch.cuda.temperature" and info.value.backend == "cpu"
     assert str(info.value).startswith("torch.cuda.temperature cannot be read on this host")
-    _write(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "64000\n"})
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "64000\n"})
     assert torch.cuda.temperature() == 64 and torch.cuda.temperature(0) == 64
     with pytest.raises(UnsupportedError, match="torch.cuda.memory_usage .*memory-bus busy time"):
         torch.cuda.memory_usage()  # no host exposes it: still refused

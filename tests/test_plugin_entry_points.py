@@ -4,18 +4,11 @@ from __future__ import annotations
 import importlib.metadata
 
 import pytest
+from helpers import write_distribution
 
 from torchdevice import plugins
 
 GROUPS = ("torchdevice", "torchdevice.integrations")
-
-
-def _dist(site, name: str, version: str, entry_points: str | None) -> None:
-    info = site / f"{name}-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    if entry_points is not None:
-        (info / "entry_points.txt").write_text(entry_points)
 
 
 def _listed(eps) -> list[tuple[str, str, str, str]]:
@@ -26,18 +19,17 @@ def _listed(eps) -> list[tuple[str, str, str, str]]:
 def sites(tmp_path, monkeypatch):
     first, second = tmp_path / "first", tmp_path / "second"
     # shadowed: the first vendor_plugin on sys.path has no entry points, so importlib lists none of the second's
-    _dist(first, "vendor_plugin", "1.0", None)
-    _dist(second, "vendor_plugin", "2.0", "[torchdevice]\nshadowed = vendor_plugin:plugin\n")
+    write_distribution(first, "vendor_plugin", "1.0")
+    write_distribution(second, "vendor_plugin", "2.0", {"torchdevice": {"shadowed": "vendor_plugin:plugin"}})
     # one group of ours among others, and an integration
-    _dist(first, "acme_accel", "0.3", "[console_scripts]\nacme = acme:main\n\n[torchdevice]\nacme = acme.td:plugin\n"
-                                      "\n[torchdevice.integrations]\nacme-fw = acme.fw:plugin\n")
+    write_distribution(first, "acme_accel", "0.3", {"console_scripts": {"acme": "acme:main"},
+                                                    "torchdevice": {"acme": "acme.td:plugin"},
+                                                    "torchdevice.integrations": {"acme-fw": "acme.fw:plugin"}})
     # a group whose name only starts like ours, and no group of ours
-    _dist(second, "other", "1.0", "[torchdevices]\nx = y:z\n\n[pytest11]\nother = other.plugin\n")
+    write_distribution(second, "other", "1.0", {"torchdevices": {"x": "y:z"}, "pytest11": {"other": "other.plugin"}})
     monkeypatch.syspath_prepend(str(second))
     monkeypatch.syspath_prepend(str(first))
-    monkeypatch.setattr(plugins, "_entry_point_cache", None)
-    yield
-    plugins._entry_point_cache = None
+    monkeypatch.setattr(plugins, "_entry_point_cache", None)  # scanned afresh (the old scan is put back after)
 
 
 @pytest.mark.parametrize("group", GROUPS)

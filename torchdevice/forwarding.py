@@ -14,10 +14,11 @@ like any module), written by ``python scripts/forwarding_made.py`` and checked b
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import types
 from typing import Any, Callable
+
+from . import _forwarding_made
 
 #: ``(name, kind, has_default)`` per parameter, in order (kinds are :class:`inspect.Parameter`'s)
 Shape = tuple[tuple[str, Any, bool], ...]
@@ -27,8 +28,8 @@ _makers: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
 _compiled: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
 #: the source of every maker compiled in this process (not found in :mod:`torchdevice._forwarding_made`)
 compiled_sources: list[str] = []
-_made: dict[str, Callable] | None = None
-MADE_MODULE = "torchdevice._forwarding_made"
+#: the makers kept as source, by the source they were written from
+_made: dict[str, Callable] = dict(_forwarding_made.MADE)
 
 
 def shape_of(fn: Callable, *, follow_wrapped: bool = True) -> tuple[Shape, list[Any]]:
@@ -175,25 +176,13 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
               f"    def function({', '.join(params)}):\n"
               + "".join(f"    {line}\n" for line in body.format(args=", ".join(args)).splitlines())
               + "    return function\n")
-    made = _made_makers().get(source)
+    made = _made.get(source)
     if made is not None:
         return made
     compiled_sources.append(source)
     scope: dict[str, Any] = {}
     exec(compile(source, filename, "exec"), scope)  # noqa: S102
     return scope["make"]
-
-
-def _made_makers() -> dict[str, Callable]:
-    """The makers kept as source in :mod:`torchdevice._forwarding_made`, by the source they were written from."""
-    global _made
-    if _made is None:
-        try:
-            module = importlib.import_module(MADE_MODULE)
-            _made = dict(module.MADE)
-        except ImportError:  # not written yet: every maker is compiled
-            _made = {}
-    return _made
 
 
 def render_made(sources: list[str]) -> str:
