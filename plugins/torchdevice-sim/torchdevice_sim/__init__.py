@@ -1,0 +1,84 @@
+"""torchdevice backend ``sim``: a simulated GPU, a real torch device type of its own.
+
+sim is torch's PrivateUse1 device renamed ``sim`` -- the mechanism hardware vendors integrate
+with (Ascend's ``torch_npu``, torch's own ``torch_openreg``). Its tensors are ``sim:N``
+tensors, with memory the CPU kernels refuse, one allocator per device with a capacity and
+CUDA's statistics, asynchronous streams (a worker thread per queue), events, one generator
+per device, autocast, serialization and a process group. Its kernels are torch's CPU kernels,
+run on the device's queue, so a program gets the CPU's numbers with a GPU's discipline.
+
+It is never selected automatically: ``torchdevice run --backend sim``,
+``TORCHDEVICE_BACKEND=sim`` or ``torchdevice.use("sim")``. Code written for sim itself calls
+:func:`load` and then uses ``device="sim"`` and ``torch.sim`` (see :mod:`torchdevice_sim.runtime`).
+The C++ half is built with torch's cpp_extension tooling on first use and cached
+(:mod:`torchdevice_sim._extension`).
+"""
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+from typing import Any
+
+from . import config
+
+__version__ = "1.0.0"
+__all__ = ["load", "plugin", "SimBackend", "claimed_by"]
+
+_lock = threading.Lock()
+_loaded: ModuleType | None = None
+_keep: list[Any] = []  # registrations that must stay alive (the fallback's library)
+
+
+def claimed_by() -> str | None:
+    """The name another plugin gave torch's PrivateUse1 device, or None if sim may claim it."""
+    import torch
+
+    name = torch._C._get_privateuse1_backend_name()
+    return None if name in ("privateuseone", runtime_name()) else name
+
+
+def runtime_name() -> str:
+    return "sim"
+
+
+def load() -> ModuleType:
+    """Claim PrivateUse1 as ``sim``, build/load the extension, and return ``torch.sim``; idempotent.
+
+    Raises RuntimeError if another PrivateUse1 backend (``torch_npu`` ...) holds the device
+    type, and ValueError for a bad ``TORCHDEVICE_SIM_*`` variable.
+    """
+    global _loaded
+    with _lock:
+        if _loaded is not None:
+            return _loaded
+        import torch
+
+        other = claimed_by()
+        if other is not None:
+            raise RuntimeError(f"torch's PrivateUse1 device is already claimed by {other!r}: one process holds one "
+                               "PrivateUse1 backend, so sim cannot load beside it")
+        settings = config.read()
+        from . import _extension, _kernels, runtime
+
+        extension = _extension.load()
+        if torch._C._get_privateuse1_backend_name() == "privateuseone":
+            torch.utils.rename_privateuse1_backend(runtime.DEVICE_TYPE)
+        extension.init(settings.devices, settings.memory, config.CLOCK_KHZ)
+        runtime._bind(extension)
+        if not hasattr(torch, runtime.DEVICE_TYPE):
+            torch._register_device_module(runtime.DEVICE_TYPE, runtime)
+        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+        _keep.append(_kernels.register(extension, runtime.DEVICE_TYPE))
+        from . import distributed
+
+        distributed.register()
+        _loaded = runtime
+        return runtime
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("plugin", "SimBackend"):
+        from . import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module 'torchdevice_sim' has no attribute {name!r}")

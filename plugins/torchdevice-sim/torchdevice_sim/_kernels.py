@@ -1,0 +1,295 @@
+"""Every aten op on sim tensors: one boxed fallback for the PrivateUse1 dispatch key.
+
+The C++ half registers the few kernels the dispatcher needs natively (``empty``, views,
+``resize_``). Everything else arrives here and is run the way a GPU runs it:
+
+1. **Device discipline.** All tensors must be on one sim device; a CPU tensor is accepted only
+   as a 0-dim scalar (and as an index, as CUDA accepts), else torch's same-device error.
+2. **Metadata on the host.** The op runs on ``meta`` copies of its inputs to learn its outputs'
+   shapes, strides and dtypes; outputs are allocated on the device (its allocator, its capacity).
+3. **Compute on the queue.** The CPU kernel is launched onto the current stream with host views
+   of the device memory (``_C.launch``); the host returns at once, as from a CUDA launch.
+
+Ops that cannot be run that way run *synchronously* after waiting for the current stream,
+as a GPU runtime does for them: ops whose output shape depends on data (``nonzero``, ``unique``
+...), ops returning host values (``item``, ``equal``), ops without a meta kernel, and random ops
+(which draw from the device's own generator, whose state must advance in program order).
+Copies between host and device are queued too; a copy that is not ``non_blocking`` from or into
+pinned memory waits for the stream, as CUDA's does.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+Tensor = torch.Tensor
+aten = torch.ops.aten
+
+# ops that take host tensors as indices beside device tensors, as CUDA's do
+_HOST_INDEX_OPS = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_put"})
+_COPIES = frozenset({"aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_"})
+
+
+def _leaves(value: Any, out: list) -> list:
+    """Tensors and Nones of ``value`` in order, lists and tuples flattened (as the C++ side does)."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _leaves(item, out)
+    elif value is None or isinstance(value, Tensor):
+        out.append(value)
+    return out
+
+
+def _map(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, list):
+        return [_map(fn, v) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_map(fn, v) for v in value)
+    return fn(value)
+
+
+class Fallback:
+    """The fallback kernel, bound to the extension module ``C`` and the device type name."""
+
+    def __init__(self, C: Any, device_type: str):
+        self.C = C
+        self.device_type = device_type
+
+    # -- entry ----------------------------------------------------------------------------------
+    def __call__(self, op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+        name = op._schema.name
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            if name in _COPIES:
+                return self.copy(name, *args, **kwargs)
+            device = self.device_of(name, args, kwargs)
+            if name == "aten::_local_scalar_dense":
+                self.C.stream_synchronize(device, self.C.current_stream(device))
+                return self.C.host_view(args[0]).item()
+            if self.runs_on_host(op):
+                return self.run_on_host(op, device, args, kwargs)
+            return self.launch(op, device, args, kwargs)
+
+    def device_of(self, name: str, args: tuple, kwargs: dict) -> int:
+        """The index of the one sim device the op's tensors are on; torch's error for a mix."""
+        found: torch.device | None = None
+        host: Tensor | None = None
+        allow_host = name in _HOST_INDEX_OPS
+        for leaf in _leaves((args, list(kwargs.values())), []):
+            if leaf is None:
+                continue
+            where = leaf.device
+            if where.type == self.device_type:
+                if found is None:
+                    found = where
+                elif where != found:
+                    raise RuntimeError(
+                        f"Expected all tensors to be on the same device, but found at least two devices, {found} and {where}!"
+                    )
+            elif where.type == "cpu" and leaf.dim() > 0 and not allow_host:
+                host = leaf
+            elif where.type not in ("cpu", self.device_type):
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found {where} in {name}")
+        if found is None:
+            found = self.factory_device(kwargs)
+        if host is not None:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {found} and cpu!")
+        return found.index if found.index is not None else self.C.current_device()
+
+    def factory_device(self, kwargs: dict) -> torch.device:
+        device = kwargs.get("device")
+        if device is None:
+            return torch.device(self.device_type, self.C.current_device())
+        return torch.device(device)
+
+    @staticmethod
+    def runs_on_host(op: torch._ops.OpOverload) -> bool:
+        """Ops run synchronously: data-dependent shapes, host results, random draws (module docstring)."""
+        tags = op.tags
+        if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
+            return True
+        if torch.Tag.nondeterministic_seeded in tags:
+            return True
+        for ret in op._schema.returns:
+            kind = ret.type.kind()
+            if kind not in ("TensorType", "OptionalType", "ListType"):
+                return True
+        return False
+
+    # -- the asynchronous path -------------------------------------------------------------------
+    def launch(self, op: torch._ops.OpOverload, device: int, args: tuple, kwargs: dict) -> Any:
+        try:
+            meta_out = op(*_map(self.to_meta, args), **{k: _map(self.to_meta, v) for k, v in kwargs.items()})
+        except (NotImplementedError, RuntimeError) as exc:
+            if "meta" not in str(exc).lower() and not isinstance(exc, NotImplementedError):
+                raise  # a real error (shapes, dtypes): the program gets it now, as from a CUDA launch
+            return self.run_on_host(op, device, args, kwargs)
+        schema = op._schema
+        returns = [meta_out] if len(schema.returns) == 1 else list(meta_out)
+        results: list[Any] = []
+        fresh: list[Tensor | None] = []
+        for ret, value in zip(schema.returns, returns):
+            alias = ret.alias_info
+            if alias is None:
+                made = _map(self.allocate, value)
+                results.append(made)
+                fresh.extend(_leaves(made, []))
+                continue
+            source = self.aliased_argument(op, alias, args, kwargs)
+            if alias.is_write:
+                self.resize_like(source, value)
+                results.append(source)
+                fresh.extend([None] * len(_leaves(value, [])))
+            else:  # a view: same memory, new metadata
+                results.append(_map(lambda m, s=source: torch.ops.aten.as_strided(s, m.size(), m.stride(), m.storage_offset()),
+                                    value))
+                fresh.extend([None] * len(_leaves(value, [])))
+        writes = schema.is_mutable or any(t is not None for t in fresh)
+        if writes:
+            outputs = [None if t is None else self.C.host_view(t) for t in fresh] if any(t is not None for t in fresh) else []
+            h_args, h_kwargs = _numbers_as_tensors(op, _map(self.host, args), {k: _map(self.host, v) for k, v in kwargs.items()})
+            self.C.launch(device, schema.name, schema.overload_name, tuple(h_args), h_kwargs, outputs)
+        if not schema.returns:
+            return None
+        return results[0] if len(schema.returns) == 1 else tuple(results)
+
+    def aliased_argument(self, op: torch._ops.OpOverload, alias: Any, args: tuple, kwargs: dict) -> Any:
+        sets = alias.before_set
+        for index, argument in enumerate(op._schema.arguments):
+            if argument.alias_info is not None and argument.alias_info.before_set == sets:
+                if argument.kwarg_only or index >= len(args):
+                    return kwargs[argument.name]
+                return args[index]
+        raise RuntimeError(f"sim: cannot find the argument {op} returns")
+
+    @staticmethod
+    def resize_like(source: Any, meta: Any) -> None:
+        for real, shape in zip(_leaves(source, []), _leaves(meta, [])):
+            if real is not None and shape is not None and real.shape != shape.shape:
+                real.resize_(shape.shape)
+
+    def to_meta(self, value: Any) -> Any:
+        if isinstance(value, Tensor) and value.device.type == self.device_type:
+            storage = value.untyped_storage().nbytes() // max(value.element_size(), 1)
+            base = torch.empty(max(storage, 1), dtype=value.dtype, device="meta")
+            return base.as_strided(value.size(), value.stride(), value.storage_offset())
+        if isinstance(value, torch.device) and value.type == self.device_type:
+            return torch.device("meta")
+        return value
+
+    def allocate(self, meta: Any) -> Any:
+        if not isinstance(meta, Tensor):
+            return meta
+        index = self.C.current_device()
+        return torch.empty_strided(meta.size(), meta.stride(), dtype=meta.dtype, device=torch.device(self.device_type, index))
+
+    def host(self, value: Any) -> Any:
+        if isinstance(value, Tensor) and value.device.type == self.device_type:
+            return self.C.host_view(value)
+        if isinstance(value, torch.device) and value.type == self.device_type:
+            return torch.device("cpu")
+        return value
+
+    # -- the synchronous path --------------------------------------------------------------------
+    def run_on_host(self, op: torch._ops.OpOverload, device: int, args: tuple, kwargs: dict) -> Any:
+        self.C.stream_synchronize(device, self.C.current_stream(device))
+        views: dict[int, Tensor] = {}
+
+        def host(value: Any) -> Any:
+            view = self.host(value)
+            if view is not value and isinstance(value, Tensor):
+                views[id(view)] = value
+            return view
+
+        h_args = _map(host, args)
+        h_kwargs = {k: _map(host, v) for k, v in kwargs.items()}
+        if "pin_memory" in h_kwargs:
+            h_kwargs["pin_memory"] = False
+        generator = None
+        if torch.Tag.nondeterministic_seeded in op.tags:
+            generator, h_args, h_kwargs = self.swap_generator(op, device, h_args, h_kwargs)
+        try:
+            result = op(*h_args, **h_kwargs)
+        finally:
+            if generator is not None:
+                generator[0].set_state(generator[1].get_state())
+        return _map(lambda v: self.to_device(v, views, device), result)
+
+    def to_device(self, value: Any, views: dict, device: int) -> Any:
+        if not isinstance(value, Tensor):
+            return value
+        original = views.get(id(value))
+        if original is not None:
+            return original
+        out = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype,
+                                  device=torch.device(self.device_type, device)) if _dense(value) else \
+            torch.empty(value.size(), dtype=value.dtype, device=torch.device(self.device_type, device))
+        self.C.host_view(out).copy_(value)  # the stream is idle: this host write is in order
+        return out
+
+    def swap_generator(self, op: torch._ops.OpOverload, device: int, args: Any, kwargs: dict):
+        """The device's generator's state in a CPU generator for the CPU kernel; written back after."""
+        for index, argument in enumerate(op._schema.arguments):
+            if argument.name != "generator":
+                continue
+            positional = not argument.kwarg_only and index < len(args)
+            given = args[index] if positional else kwargs.get("generator")
+            source = given if given is not None else self.C.default_generator(device)
+            scratch = torch.Generator("cpu")
+            scratch.set_state(source.get_state())
+            if positional:
+                args = list(args)
+                args[index] = scratch
+                args = tuple(args)
+            else:
+                kwargs["generator"] = scratch
+            return (source, scratch), args, kwargs
+        return None, args, kwargs
+
+    # -- copies ----------------------------------------------------------------------------------
+    def copy(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
+        if name == "aten::copy_":
+            dst, src = args[0], args[1]
+            non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
+        else:
+            src, dst = args[0], args[1]
+            non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
+            if name == "aten::_copy_from_and_resize":
+                dst.resize_(src.shape)
+                non_blocking = False
+        on_device = dst if dst.device.type == self.device_type else src
+        device = on_device.device.index
+        if src.device.type == self.device_type and dst.device.type == self.device_type and src.device != dst.device:
+            self.C.stream_synchronize(src.device.index, self.C.current_stream(src.device.index))
+        h_dst, h_src = self.host(dst), self.host(src)
+        self.C.launch(device, "aten::copy_", "", (h_dst, h_src), {}, [])
+        host_side = dst if dst.device.type == "cpu" else src if src.device.type == "cpu" else None
+        if host_side is not None and not (non_blocking and self.C.is_pinned(host_side)):
+            self.C.stream_synchronize(device, self.C.current_stream(device))
+        return dst
+
+
+def _numbers_as_tensors(op: torch._ops.OpOverload, args: list, kwargs: dict) -> tuple[tuple, dict]:
+    """Python numbers where the schema wants a Tensor (torch hands wrapped scalars to Python kernels as
+    numbers) as 0-dim host tensors, which the C++ stack builder takes."""
+    args = list(args)
+    for index, argument in enumerate(op._schema.arguments):
+        if argument.type.kind() != "TensorType":
+            continue
+        if index < len(args) and not argument.kwarg_only:
+            if isinstance(args[index], (bool, int, float, complex)):
+                args[index] = torch.tensor(args[index])
+        elif isinstance(kwargs.get(argument.name), (bool, int, float, complex)):
+            kwargs[argument.name] = torch.tensor(kwargs[argument.name])
+    return tuple(args), kwargs
+
+
+def _dense(t: Tensor) -> bool:
+    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
+
+
+def register(C: Any, device_type: str) -> torch.library.Library:
+    """Register the fallback for PrivateUse1; the returned library must be kept alive."""
+    library = torch.library.Library("_", "IMPL")
+    library.fallback(Fallback(C, device_type), dispatch_key="PrivateUse1")
+    return library

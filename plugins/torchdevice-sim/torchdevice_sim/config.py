@@ -1,0 +1,59 @@
+"""sim's settings, read from the environment when sim is loaded (never at import).
+
+* ``TORCHDEVICE_SIM_DEVICES``: how many devices (default 2, 1 to 16);
+* ``TORCHDEVICE_SIM_MEMORY``: each device's capacity, e.g. ``2GiB``, ``512MiB``, ``1.5GB`` or
+  bytes (default ``8GiB``, a small GPU's, and what two devices can hold on a 24 GiB host).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+DEVICES_VAR = "TORCHDEVICE_SIM_DEVICES"
+MEMORY_VAR = "TORCHDEVICE_SIM_MEMORY"
+DEFAULT_DEVICES = 2
+DEFAULT_MEMORY = 8 * 1024**3
+MAX_DEVICES = 16
+CLOCK_KHZ = 1_410_000  # 1.41 GHz: what torch.cuda._sleep's cycles are counted at
+MULTIPROCESSORS = 8
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+
+
+@dataclass(frozen=True)
+class Config:
+    devices: int
+    memory: int  #: bytes per device
+
+
+def parse_size(text: str) -> int:
+    """``"2GiB"`` -> 2147483648; ValueError naming the value and the accepted forms."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"{MEMORY_VAR}={text!r} is not a size: use bytes or a number with a unit "
+                         f"(KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 2GiB")
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size < 1024**2:
+        raise ValueError(f"{MEMORY_VAR}={text!r} is below 1MiB: a device needs at least that much memory")
+    return size
+
+
+def parse_devices(text: str) -> int:
+    """``"4"`` -> 4; ValueError naming the value and the valid range."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_DEVICES:
+        raise ValueError(f"{DEVICES_VAR}={text!r} is not a device count: use a whole number from 1 to {MAX_DEVICES}")
+    return count
+
+
+def read() -> Config:
+    """The settings in force; ValueError for a bad variable."""
+    devices = os.environ.get(DEVICES_VAR, "").strip()
+    memory = os.environ.get(MEMORY_VAR, "").strip()
+    return Config(parse_devices(devices) if devices else DEFAULT_DEVICES, parse_size(memory) if memory else DEFAULT_MEMORY)

@@ -1,0 +1,964 @@
+// sim: a simulated GPU registered with torch as its PrivateUse1 device (renamed "sim" from Python).
+//
+// What lives here is what a vendor's runtime provides and Python cannot: the device allocator
+// (one per device, with a capacity, CUDA's statistics and torch.OutOfMemoryError), the device
+// guard (per-thread current device and stream), asynchronous streams (one worker thread per
+// stream running queued kernels in order), events, per-device generators, the pinned host
+// allocator, autocast registrations, and the handful of kernels the dispatcher needs in C++
+// (empty, views, resize_). Every other op reaches the Python fallback (_kernels.py), which
+// computes output metadata on the meta device and launches the CPU kernel onto a stream here.
+//
+// Device memory is host memory obtained with malloc, but torch sees it as sim memory: CPU
+// kernels refuse it, .numpy() refuses it, and only the worker threads touch its bytes.
+
+#include <torch/extension.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+namespace sim {
+
+constexpr c10::DeviceType kSim = c10::DeviceType::PrivateUse1;
+constexpr int kMaxDevices = 16;
+constexpr int kPoolStreams = 16;  // streams per device handed out round-robin, as CUDA's pool
+constexpr size_t kBlockRound = 512;  // CUDA's minimum block size: sizes are rounded up to it
+
+using Clock = std::chrono::steady_clock;
+
+int g_device_count = 0;
+int64_t g_clock_khz = 1410000;
+
+// -- GIL-aware waiting ----------------------------------------------------------------------------
+
+// Waits must not hold the GIL: a worker may need it (never for kernels, but for freeing Python
+// objects) and the host thread holding it while blocked would stall every other Python thread.
+template <typename F>
+void wait_without_gil(F&& wait) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release release;
+    wait();
+  } else {
+    wait();
+  }
+}
+
+thread_local bool tl_is_worker = false;
+
+// -- streams ---------------------------------------------------------------------------------------
+
+struct Stream {
+  int device;
+  int64_t id;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;
+  uint64_t enqueued = 0;  // tasks pushed
+  std::atomic<uint64_t> completed{0};  // tasks finished
+  std::string error;  // first asynchronous failure, reported at the next call on this stream
+  bool started = false;
+
+  Stream(int d, int64_t i) : device(d), id(i) {}
+
+  void ensure_worker() {
+    if (started) return;
+    started = true;
+    std::thread([this] {
+      tl_is_worker = true;
+      for (;;) {
+        std::function<void()> task;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [this] { return !queue.empty(); });
+          task = std::move(queue.front());
+          queue.pop_front();
+        }
+        try {
+          task();
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (error.empty()) error = e.what();
+        }
+        task = nullptr;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          completed.fetch_add(1);
+        }
+        cv.notify_all();
+      }
+    }).detach();  // never joined: a stream lives as long as the process, as a GPU queue does
+  }
+
+  void raise_pending_error() {
+    std::string message;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      std::swap(message, error);
+    }
+    TORCH_CHECK(message.empty(), "sim: a kernel queued earlier on stream ", id, " of sim:", device,
+                " failed (errors from asynchronous work are reported at the next call, as on a GPU): ", message);
+  }
+
+  uint64_t push(std::function<void()> task) {
+    raise_pending_error();
+    uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ensure_worker();
+      queue.push_back(std::move(task));
+      ticket = ++enqueued;
+    }
+    cv.notify_all();
+    return ticket;
+  }
+
+  uint64_t ticket() {
+    std::lock_guard<std::mutex> lock(mu);
+    return enqueued;
+  }
+
+  bool query() {
+    std::lock_guard<std::mutex> lock(mu);
+    return completed.load() >= enqueued;
+  }
+
+  void wait_for(uint64_t ticket) {
+    TORCH_CHECK(!tl_is_worker || false, "sim: a stream's worker cannot wait on a stream");
+    wait_without_gil([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return completed.load() >= ticket; });
+    });
+  }
+
+  void synchronize() {
+    wait_for(ticket());
+    raise_pending_error();
+  }
+};
+
+struct DeviceStreams {
+  std::mutex mu;
+  std::vector<Stream*> streams;  // index = stream id; 0 is the default stream; never freed
+  int next_pool = 0;
+};
+
+DeviceStreams* g_streams[kMaxDevices];
+
+void check_device(int device) {
+  TORCH_CHECK(device >= 0 && device < g_device_count, "Invalid device ordinal sim:", device, ": sim has ",
+              g_device_count, " device(s) (TORCHDEVICE_SIM_DEVICES)");
+}
+
+Stream* get_stream(int device, int64_t id) {
+  check_device(device);
+  auto* ds = g_streams[device];
+  std::lock_guard<std::mutex> lock(ds->mu);
+  TORCH_CHECK(id >= 0 && id <= kPoolStreams, "sim: no stream ", id, " on sim:", device);
+  while (static_cast<int64_t>(ds->streams.size()) <= id) {
+    ds->streams.push_back(new Stream(device, static_cast<int64_t>(ds->streams.size())));
+  }
+  return ds->streams[id];
+}
+
+int64_t new_stream_id(int device) {
+  check_device(device);
+  auto* ds = g_streams[device];
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(ds->mu);
+    id = 1 + (ds->next_pool++ % kPoolStreams);
+  }
+  get_stream(device, id);
+  return id;
+}
+
+std::vector<std::pair<Stream*, uint64_t>> device_tickets(int device) {
+  std::vector<std::pair<Stream*, uint64_t>> out;
+  auto* ds = g_streams[device];
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(ds->mu);
+    streams = ds->streams;
+  }
+  for (auto* s : streams) out.emplace_back(s, s->ticket());
+  return out;
+}
+
+void synchronize_device(int device) {
+  check_device(device);
+  for (auto& [stream, ticket] : device_tickets(device)) stream->wait_for(ticket);
+  for (auto& [stream, ticket] : device_tickets(device)) stream->raise_pending_error();
+}
+
+// per-thread current device and, per device, current stream id
+thread_local int tl_device = 0;
+thread_local int64_t tl_stream[kMaxDevices] = {0};
+
+// -- events ----------------------------------------------------------------------------------------
+
+struct Event {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t scheduled = 0;  // records requested
+  uint64_t done = 0;  // records reached by their stream
+  Clock::time_point when;
+  int device = -1;
+  bool timing = false;
+};
+
+using EventHandle = std::shared_ptr<Event>;
+
+EventHandle& event_of(void** slot) {
+  if (*slot == nullptr) *slot = new EventHandle(std::make_shared<Event>());
+  return *static_cast<EventHandle*>(*slot);
+}
+
+void record_event(const EventHandle& ev, Stream* stream, bool timing) {
+  uint64_t version;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    version = ++ev->scheduled;
+    ev->device = stream->device;
+    ev->timing = timing;
+  }
+  stream->push([ev, version] {
+    {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ev->when = Clock::now();
+      if (ev->done < version) ev->done = version;
+    }
+    ev->cv.notify_all();
+  });
+}
+
+void block_on_event(const EventHandle& ev, Stream* stream) {
+  uint64_t version;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    version = ev->scheduled;
+  }
+  if (version == 0) return;  // never recorded: nothing to wait for, as CUDA
+  stream->push([ev, version] {
+    std::unique_lock<std::mutex> lock(ev->mu);
+    ev->cv.wait(lock, [&] { return ev->done >= version; });
+  });
+}
+
+bool query_event(const EventHandle& ev) {
+  std::lock_guard<std::mutex> lock(ev->mu);
+  return ev->done >= ev->scheduled;
+}
+
+void synchronize_event(const EventHandle& ev) {
+  uint64_t version;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    version = ev->scheduled;
+  }
+  wait_without_gil([&] {
+    std::unique_lock<std::mutex> lock(ev->mu);
+    ev->cv.wait(lock, [&] { return ev->done >= version; });
+  });
+}
+
+double elapsed_ms(const EventHandle& a, const EventHandle& b) {
+  TORCH_CHECK(a->timing && b->timing, "Both events must be created with argument 'enable_timing=True'.");
+  TORCH_CHECK(a->scheduled > 0 && b->scheduled > 0, "Both events must be recorded before calculating elapsed time.");
+  TORCH_CHECK(query_event(a) && query_event(b),
+              "Both events must be completed before calculating elapsed time.");
+  std::lock_guard<std::mutex> la(a->mu);
+  std::lock_guard<std::mutex> lb(b->mu);
+  return std::chrono::duration<double, std::milli>(b->when - a->when).count();
+}
+
+// -- device memory ---------------------------------------------------------------------------------
+
+struct Block {
+  void* ptr;
+  size_t size;  // rounded
+  size_t requested;
+  int device;
+};
+
+struct Pending {
+  Block* block;
+  std::vector<std::pair<Stream*, uint64_t>> waits;
+};
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatType;
+
+void stat_add(Stat& s, int64_t amount) {
+  s.current += amount;
+  if (amount > 0) s.allocated += amount; else s.freed += -amount;
+  if (s.current > s.peak) s.peak = s.current;
+}
+
+struct DeviceMemory {
+  std::mutex mu;
+  size_t capacity = 0;
+  double fraction = 1.0;
+  c10::CachingDeviceAllocator::DeviceStats stats;
+  std::multimap<size_t, Block*> cache;  // free blocks, reusable at once
+  std::vector<Pending> pending;  // freed blocks that queued work may still use
+
+  size_t limit() const { return static_cast<size_t>(static_cast<double>(capacity) * fraction); }
+  int64_t reserved() const { return stats.reserved_bytes[0].current; }
+  int64_t allocated() const { return stats.allocated_bytes[0].current; }
+
+  void sweep() {  // pending blocks whose streams have passed the free go to the cache
+    auto keep = pending.begin();
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      bool ready = true;
+      for (auto& [stream, ticket] : it->waits) ready = ready && stream->completed.load() >= ticket;
+      if (ready) {
+        cache.emplace(it->block->size, it->block);
+      } else {
+        *keep++ = std::move(*it);
+      }
+    }
+    pending.erase(keep, pending.end());
+  }
+
+  void release_cache() {
+    for (auto& [size, block] : cache) {
+      std::free(block->ptr);
+      stat_add(stats.reserved_bytes[0], -static_cast<int64_t>(size));
+      stat_add(stats.segment[0], -1);
+      stats.num_device_free += 1;
+      delete block;
+    }
+    cache.clear();
+  }
+};
+
+DeviceMemory* g_memory[kMaxDevices];
+
+std::string format_size(uint64_t size) {
+  char buf[64];
+  if (size <= 1024) {
+    snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(size));
+  } else if (size <= 1048576) {
+    snprintf(buf, sizeof buf, "%.2f KiB", size / 1024.0);
+  } else if (size <= 1073741824ULL) {
+    snprintf(buf, sizeof buf, "%.2f MiB", size / 1048576.0);
+  } else {
+    snprintf(buf, sizeof buf, "%.2f GiB", size / 1073741824.0);
+  }
+  return buf;
+}
+
+void free_block(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  auto* mem = g_memory[block->device];
+  auto waits = device_tickets(block->device);  // conservative: every queue of the device passes the free
+  std::lock_guard<std::mutex> lock(mem->mu);
+  stat_add(mem->stats.allocated_bytes[0], -static_cast<int64_t>(block->size));
+  stat_add(mem->stats.requested_bytes[0], -static_cast<int64_t>(block->requested));
+  stat_add(mem->stats.allocation[0], -1);
+  stat_add(mem->stats.active[0], -1);
+  stat_add(mem->stats.active_bytes[0], -static_cast<int64_t>(block->size));
+  mem->pending.push_back({block, std::move(waits)});
+}
+
+struct SimAllocator final : c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    int device = tl_device;
+    check_device(device);
+    c10::Device where(kSim, static_cast<c10::DeviceIndex>(device));
+    if (nbytes == 0) return {nullptr, nullptr, &noop_delete, where};
+    auto* mem = g_memory[device];
+    size_t size = (nbytes + kBlockRound - 1) / kBlockRound * kBlockRound;
+    Block* block = nullptr;
+    for (int attempt = 0; block == nullptr; ++attempt) {
+      std::unique_lock<std::mutex> lock(mem->mu);
+      mem->sweep();
+      auto hit = mem->cache.find(size);
+      if (hit != mem->cache.end()) {
+        block = hit->second;
+        mem->cache.erase(hit);
+        break;
+      }
+      if (static_cast<size_t>(mem->reserved()) + size > mem->limit() && !mem->cache.empty()) {
+        mem->stats.num_alloc_retries += 1;  // as CUDA: free the cache and try again
+        mem->release_cache();
+      }
+      if (static_cast<size_t>(mem->reserved()) + size <= mem->limit()) {
+        void* ptr = std::malloc(size);
+        TORCH_CHECK(ptr != nullptr, "sim: the host could not provide ", format_size(size), " for sim:", device);
+        block = new Block{ptr, size, nbytes, device};
+        stat_add(mem->stats.reserved_bytes[0], static_cast<int64_t>(size));
+        stat_add(mem->stats.segment[0], 1);
+        mem->stats.num_device_alloc += 1;
+        break;
+      }
+      if (attempt == 0 && !mem->pending.empty() && !tl_is_worker) {
+        lock.unlock();  // freed blocks wait for queued work: let it finish, then look again
+        synchronize_device(device);
+        continue;
+      }
+      mem->stats.num_ooms += 1;
+      size_t limit = mem->limit();
+      size_t reserved = static_cast<size_t>(mem->reserved());
+      size_t allocated = static_cast<size_t>(mem->allocated());
+      size_t free_bytes = limit > reserved ? limit - reserved : 0;
+      lock.unlock();
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "sim out of memory. Tried to allocate ", format_size(size),
+                       ". Device sim:", device, " has a total capacity of ", format_size(mem->capacity), " of which ",
+                       format_size(free_bytes), " is free", (mem->fraction < 1.0 ? " within this process's memory fraction" : ""),
+                       ". Of the allocated memory ", format_size(allocated), " is allocated by PyTorch, and ",
+                       format_size(reserved - allocated), " is reserved by PyTorch but unallocated. "
+                       "(TORCHDEVICE_SIM_MEMORY sets the capacity.)");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mem->mu);
+      block->requested = nbytes;
+      stat_add(mem->stats.allocated_bytes[0], static_cast<int64_t>(block->size));
+      stat_add(mem->stats.requested_bytes[0], static_cast<int64_t>(nbytes));
+      stat_add(mem->stats.allocation[0], 1);
+      stat_add(mem->stats.active[0], 1);
+      stat_add(mem->stats.active_bytes[0], static_cast<int64_t>(block->size));
+    }
+    return {block->ptr, block, &free_block, where};
+  }
+
+  static void noop_delete(void*) {}
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+  bool initialized() override { return g_device_count > 0; }
+
+  void emptyCache(c10::MempoolId_t) override {
+    for (int d = 0; d < g_device_count; ++d) {
+      std::lock_guard<std::mutex> lock(g_memory[d]->mu);
+      g_memory[d]->sweep();
+      g_memory[d]->release_cache();
+    }
+  }
+
+  void recordStream(const c10::DataPtr&, c10::Stream) override {
+    // Frees wait for every queue of the device (free_block), so a block used on another stream is
+    // never reused early: record_stream has nothing left to add.
+  }
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_device(device);
+    std::lock_guard<std::mutex> lock(g_memory[device]->mu);
+    return g_memory[device]->stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device(device);
+    auto* mem = g_memory[device];
+    std::lock_guard<std::mutex> lock(mem->mu);
+    for (auto* arr : {&mem->stats.allocation, &mem->stats.segment, &mem->stats.active, &mem->stats.allocated_bytes,
+                      &mem->stats.reserved_bytes, &mem->stats.active_bytes, &mem->stats.requested_bytes}) {
+      for (auto& s : *arr) s.reset_accumulated();
+    }
+    mem->stats.num_alloc_retries = 0;
+    mem->stats.num_ooms = 0;
+    mem->stats.num_device_alloc = 0;
+    mem->stats.num_device_free = 0;
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device(device);
+    auto* mem = g_memory[device];
+    std::lock_guard<std::mutex> lock(mem->mu);
+    for (auto* arr : {&mem->stats.allocation, &mem->stats.segment, &mem->stats.active, &mem->stats.allocated_bytes,
+                      &mem->stats.reserved_bytes, &mem->stats.active_bytes, &mem->stats.requested_bytes}) {
+      for (auto& s : *arr) s.reset_peak();
+    }
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device(device);
+    auto* mem = g_memory[device];
+    std::lock_guard<std::mutex> lock(mem->mu);
+    size_t reserved = static_cast<size_t>(mem->reserved());
+    return {mem->capacity > reserved ? mem->capacity - reserved : 0, mem->capacity};
+  }
+};
+
+SimAllocator g_allocator;
+REGISTER_ALLOCATOR(kSim, &g_allocator);
+
+// -- pinned host memory -----------------------------------------------------------------------------
+
+std::mutex g_pinned_mu;
+std::unordered_set<void*> g_pinned;
+
+void free_pinned(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    g_pinned.erase(ptr);
+  }
+  std::free(ptr);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* ptr = nbytes ? std::malloc(nbytes) : nullptr;
+    TORCH_CHECK(nbytes == 0 || ptr != nullptr, "sim: could not pin ", format_size(nbytes), " of host memory");
+    if (ptr) {
+      std::lock_guard<std::mutex> lock(g_pinned_mu);
+      g_pinned.insert(ptr);
+    }
+    return {ptr, ptr, &free_pinned, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+};
+
+PinnedAllocator g_pinned_allocator;
+
+bool is_pinned(const void* ptr) {
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  return g_pinned.count(const_cast<void*>(ptr)) > 0;
+}
+
+// -- generators --------------------------------------------------------------------------------------
+
+// CPU's Mersenne Twister, owned by a sim device: its state has the CPU generator's format, so
+// the fallback runs CPU kernels with a CPU generator holding this one's state.
+struct SimGenerator : at::CPUGeneratorImpl {
+  explicit SimGenerator(c10::DeviceIndex index) : at::CPUGeneratorImpl(c10::default_rng_seed_val) {
+    device_ = c10::Device(kSim, index);
+    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+};
+
+std::vector<at::Generator> g_generators;
+std::once_flag g_generators_once;
+
+const at::Generator& default_generator(c10::DeviceIndex index) {
+  std::call_once(g_generators_once, [] {
+    for (int d = 0; d < g_device_count; ++d) {
+      g_generators.push_back(at::make_generator<SimGenerator>(static_cast<c10::DeviceIndex>(d)));
+    }
+  });
+  int i = index < 0 ? tl_device : index;
+  check_device(i);
+  return g_generators[i];
+}
+
+// -- hooks and guard -----------------------------------------------------------------------------------
+
+struct SimHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return g_device_count > 0; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override { return default_generator(index); }
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    return at::make_generator<SimGenerator>(index < 0 ? static_cast<c10::DeviceIndex>(tl_device) : index);
+  }
+  at::Device getDeviceFromPtr(void*) const override { return c10::Device(kSim, static_cast<c10::DeviceIndex>(tl_device)); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return g_device_count > 0; }
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(g_device_count); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { check_device(d); tl_device = d; }
+  c10::DeviceIndex getCurrentDevice() const override { return static_cast<c10::DeviceIndex>(tl_device); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    auto old = tl_device;
+    if (d >= 0) { check_device(d); tl_device = d; }
+    return static_cast<c10::DeviceIndex>(old);
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override;
+};
+
+struct SimGuard final : c10::impl::DeviceGuardImplInterface {
+  SimGuard() = default;
+  explicit SimGuard(c10::DeviceType t) { TORCH_INTERNAL_ASSERT(t == kSim); }
+  c10::DeviceType type() const override { return kSim; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = c10::Device(kSim, static_cast<c10::DeviceIndex>(tl_device));
+    if (d.index() >= 0) { check_device(d.index()); tl_device = d.index(); }
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kSim, static_cast<c10::DeviceIndex>(tl_device)); }
+  void setDevice(c10::Device d) const override { check_device(d.index()); tl_device = d.index(); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < g_device_count) tl_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    int i = d.index() < 0 ? tl_device : d.index();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kSim, static_cast<c10::DeviceIndex>(i)), tl_stream[i]);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    int i = d.index() < 0 ? tl_device : d.index();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kSim, static_cast<c10::DeviceIndex>(i)), 0);
+  }
+  c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
+    int i = d.index() < 0 ? tl_device : d.index();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kSim, static_cast<c10::DeviceIndex>(i)), new_stream_id(i));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool = false) const override { return getNewStream(d); }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    int i = s.device_index() < 0 ? tl_device : s.device_index();
+    auto old = c10::Stream(c10::Stream::UNSAFE, c10::Device(kSim, static_cast<c10::DeviceIndex>(i)), tl_stream[i]);
+    tl_stream[i] = s.id();
+    return old;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(g_device_count); }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+    record_event(event_of(event), get_stream(stream.device_index(), stream.id()),
+                 flag == c10::EventFlag::BACKEND_DEFAULT);
+  }
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event == nullptr) return;
+    block_on_event(*static_cast<EventHandle*>(event), get_stream(stream.device_index(), stream.id()));
+  }
+  bool queryEvent(void* event) const override {
+    return event == nullptr || query_event(*static_cast<EventHandle*>(event));
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    delete static_cast<EventHandle*>(event);
+  }
+  bool queryStream(const c10::Stream& stream) const override {
+    auto* s = get_stream(stream.device_index(), stream.id());
+    s->raise_pending_error();
+    return s->query();
+  }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    get_stream(stream.device_index(), stream.id())->synchronize();
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event != nullptr) synchronize_event(*static_cast<EventHandle*>(event));
+  }
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override { synchronize_device(device_index); }
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr, "Both events must be recorded before calculating elapsed time.");
+    return elapsed_ms(*static_cast<EventHandle*>(start), *static_cast<EventHandle*>(end));
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuard);
+
+Stream* current_stream_of(int device) { return get_stream(device, tl_stream[device]); }
+
+// -- kernels the dispatcher needs in C++ -----------------------------------------------------------------
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  const auto where = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "sim: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
+  const c10::DeviceGuard guard(where);
+  return at::detail::empty_generic(size, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  const auto where = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "sim: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
+  const c10::DeviceGuard guard(where);
+  return at::detail::empty_strided_generic(size, stride, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<int64_t> offset) {
+  return at::cpu::as_strided(self, size, stride, offset);  // metadata only
+}
+
+at::Tensor& set_storage(at::Tensor& self, at::Storage storage, int64_t offset, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::cpu::set_(self, storage, offset, size, stride);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage storage) {
+  int64_t numel = static_cast<int64_t>(storage.nbytes() / self.dtype().itemsize());
+  return at::cpu::set_(self, storage, 0, {numel}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::cpu::set_(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &g_allocator, true);
+  return at::cpu::set_(self, storage, 0, {0}, {});
+}
+
+// Growing a storage: a new block, the old bytes copied in order on the current stream.
+void SimHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
+  auto* impl = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+  int device = impl->device().index();
+  c10::DeviceGuard guard(impl->device());
+  c10::DataPtr fresh = g_allocator.allocate(newsize);
+  size_t keep = std::min(impl->nbytes(), newsize);
+  if (keep > 0) {
+    Stream* stream = current_stream_of(device);
+    stream->synchronize();
+    std::memcpy(fresh.get(), impl->data(), keep);
+  }
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(newsize);
+}
+
+const at::Tensor& resize(const at::Tensor& self, c10::SymIntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  auto* impl = self.unsafeGetTensorImpl();
+  int64_t old_storage = self.storage().nbytes();
+  impl->set_sizes_contiguous(sizes);
+  const auto itemsize = self.dtype().itemsize();
+  const auto offset = self.storage_offset();
+  if (self.numel() > 0) {
+    size_t needed = static_cast<size_t>((offset + self.numel()) * itemsize);
+    if (needed > static_cast<size_t>(old_storage)) {
+      SimHooks().resizePrivateUse1Bytes(self.storage(), needed);
+    }
+  }
+  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
+    impl->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("set_.source_Storage_storage_offset", set_storage);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  m.impl("resize_", resize);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+}
+
+// -- autocast: CUDA's op lists and policies, for the sim device type ------------------------------------
+
+#define SIM_LOW(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define SIM_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+#define SIM_FP32_OPT(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define SIM_DIFFERENT(REDISPATCH, NAME, SIG, RSIG, POLICY) \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(REDISPATCH, NAME, SIG, RSIG, POLICY)
+#define SIM_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+
+}  // namespace sim
+
+namespace at {  // the op lists name at:: types unqualified
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  AT_FORALL_LOWER_PRECISION_FP(SIM_LOW)
+  AT_FORALL_FP32(SIM_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(SIM_FP32_OPT)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(SIM_DIFFERENT)
+  AT_FORALL_PROMOTE(SIM_PROMOTE)
+}
+}  // namespace at
+
+namespace sim {
+
+// -- launching kernels onto streams --------------------------------------------------------------------
+
+// A CPU tensor over the same bytes as sim tensor t: what a kernel on the device reads and writes.
+at::Tensor host_view(const at::Tensor& t) {
+  TORCH_CHECK(t.device().type() == kSim, "host_view: expected a sim tensor, got ", t.device());
+  void* base = t.storage().mutable_data();
+  auto options = t.options().device(c10::kCPU);
+  if (base == nullptr) return at::empty_strided(t.sizes(), t.strides(), options);
+  char* data = static_cast<char*>(base) + t.storage_offset() * t.dtype().itemsize();
+  return at::from_blob(data, t.sizes(), t.strides(), options);
+}
+
+const c10::OperatorHandle& find_op(const std::string& name, const std::string& overload) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, std::string>, c10::OperatorHandle> ops;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(name, overload);
+  auto it = ops.find(key);
+  if (it == ops.end()) {
+    it = ops.emplace(key, c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str())).first;
+  }
+  return it->second;
+}
+
+void flatten_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isNone()) {
+    out.emplace_back();
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorVector()) out.push_back(t);
+  } else if (value.isList()) {
+    for (const c10::IValue& v : value.toListRef()) flatten_tensors(v, out);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& v : value.toTupleRef().elements()) flatten_tensors(v, out);
+  }
+}
+
+// Queue op(*args, **kwargs) -- whose tensors are host views already -- on the current stream of
+// `device`; `outputs` (host views of the sim outputs) receive the results in order. With
+// `outputs` empty the op writes its results itself (in-place and out= ops); a None entry is a
+// result written in place. The sim memory the views point into outlives the kernel without
+// holding the tensors: a freed block is reused only once every queue of its device has passed
+// the free (free_block).
+uint64_t launch(int device, const std::string& name, const std::string& overload, py::tuple args, py::dict kwargs,
+                std::vector<std::optional<at::Tensor>> outputs) {
+  const auto& op = find_op(name, overload);
+  auto stack = std::make_shared<torch::jit::Stack>(torch::jit::createStackForSchema(
+      op.schema(), torch::jit::tuple_slice(std::move(args)), py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt));
+  Stream* stream = current_stream_of(device);
+  return stream->push([op, stack, outputs = std::move(outputs)]() mutable {
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+    op.callBoxed(*stack);
+    if (!outputs.empty()) {
+      std::vector<at::Tensor> results;
+      for (const auto& v : *stack) flatten_tensors(v, results);
+      TORCH_CHECK(results.size() == outputs.size(), "sim: ", op.schema().name(), " returned ", results.size(),
+                  " tensors where ", outputs.size(), " were expected");
+      for (size_t i = 0; i < results.size(); ++i) {
+        if (outputs[i].has_value() && outputs[i]->defined() && results[i].defined()) outputs[i]->copy_(results[i]);
+      }
+    }
+    stack->clear();
+    outputs.clear();
+  });
+}
+
+uint64_t enqueue_sleep(int device, double ms) {
+  return current_stream_of(device)->push([ms] {
+    std::this_thread::sleep_until(Clock::now() + std::chrono::duration<double, std::milli>(ms));
+  });
+}
+
+py::dict memory_stats(int device) {
+  auto stats = g_allocator.getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  py::dict out;
+  auto put_array = [&](const std::string& name, const c10::CachingAllocator::StatArray& arr) {
+    const char* pools[] = {"all", "small_pool", "large_pool"};
+    for (int p = 0; p < 3; ++p) {
+      const auto& s = (p == 0) ? arr[0] : arr[p];
+      for (auto [field, value] : {std::pair<const char*, int64_t>{"current", s.current}, {"peak", s.peak},
+                                  {"allocated", s.allocated}, {"freed", s.freed}}) {
+        out[py::str(name + "." + pools[p] + "." + field)] = value;
+      }
+    }
+  };
+  put_array("allocation", stats.allocation);
+  put_array("segment", stats.segment);
+  put_array("active", stats.active);
+  put_array("inactive_split", stats.inactive_split);
+  put_array("allocated_bytes", stats.allocated_bytes);
+  put_array("reserved_bytes", stats.reserved_bytes);
+  put_array("active_bytes", stats.active_bytes);
+  put_array("inactive_split_bytes", stats.inactive_split_bytes);
+  put_array("requested_bytes", stats.requested_bytes);
+  out["num_alloc_retries"] = stats.num_alloc_retries;
+  out["num_ooms"] = stats.num_ooms;
+  out["num_sync_all_streams"] = stats.num_sync_all_streams;
+  out["num_device_alloc"] = stats.num_device_alloc;
+  out["num_device_free"] = stats.num_device_free;
+  out["max_split_size"] = static_cast<int64_t>(-1);
+  out["oversize_allocations.current"] = 0;
+  out["oversize_allocations.peak"] = 0;
+  out["oversize_allocations.allocated"] = 0;
+  out["oversize_allocations.freed"] = 0;
+  out["oversize_segments.current"] = 0;
+  out["oversize_segments.peak"] = 0;
+  out["oversize_segments.allocated"] = 0;
+  out["oversize_segments.freed"] = 0;
+  return out;
+}
+
+void on_fork_child() {
+  // A forked child has none of the parent's worker threads: give it fresh, empty streams (the
+  // parent's stream objects are left behind unused), as a GPU context is not inherited either.
+  for (int d = 0; d < g_device_count; ++d) g_streams[d] = new DeviceStreams();
+}
+
+void init(int device_count, int64_t capacity, int64_t clock_khz) {
+  TORCH_CHECK(device_count >= 1 && device_count <= kMaxDevices, "sim: device count must be 1..", kMaxDevices,
+              ", got ", device_count);
+  TORCH_CHECK(g_device_count == 0 || g_device_count == device_count, "sim: already initialised with ", g_device_count,
+              " devices");
+  if (g_device_count != 0) return;
+  for (int d = 0; d < device_count; ++d) {
+    g_streams[d] = new DeviceStreams();
+    g_memory[d] = new DeviceMemory();
+    g_memory[d]->capacity = static_cast<size_t>(capacity);
+  }
+  g_clock_khz = clock_khz;
+  g_device_count = device_count;
+  at::RegisterPrivateUse1HooksInterface(new SimHooks());
+  pthread_atfork(nullptr, nullptr, &on_fork_child);
+}
+
+}  // namespace sim
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace sim;
+  m.def("init", &init);
+  m.def("device_count", [] { return g_device_count; });
+  m.def("current_device", [] { return tl_device; });
+  m.def("set_device", [](int d) { check_device(d); tl_device = d; });
+  m.def("current_stream", [](int d) { check_device(d); return tl_stream[d]; });
+  m.def("set_stream", [](int d, int64_t id) { get_stream(d, id); tl_stream[d] = id; });
+  m.def("stream_query", [](int d, int64_t id) { auto* s = get_stream(d, id); s->raise_pending_error(); return s->query(); });
+  m.def("stream_synchronize", [](int d, int64_t id) { get_stream(d, id)->synchronize(); });
+  m.def("synchronize", &synchronize_device);
+  m.def("launch", &launch);
+  m.def("sleep", &enqueue_sleep);
+  m.def("host_view", &host_view);
+  m.def("memory_stats", &memory_stats);
+  m.def("reset_peak", [](int d) { g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(d)); });
+  m.def("reset_accumulated", [](int d) { g_allocator.resetAccumulatedStats(static_cast<c10::DeviceIndex>(d)); });
+  m.def("empty_cache", [] { g_allocator.emptyCache({0, 0}); });
+  m.def("mem_get_info", [](int d) { return g_allocator.getMemoryInfo(static_cast<c10::DeviceIndex>(d)); });
+  m.def("set_memory_fraction", [](double f, int d) {
+    check_device(d);
+    TORCH_CHECK(f >= 0.0 && f <= 1.0, "Invalid fraction value: ", f, ". Allowed range: 0~1");
+    std::lock_guard<std::mutex> lock(g_memory[d]->mu);
+    g_memory[d]->fraction = f;
+  });
+  m.def("get_memory_fraction", [](int d) { check_device(d); return g_memory[d]->fraction; });
+  m.def("capacity", [](int d) { check_device(d); return static_cast<int64_t>(g_memory[d]->capacity); });
+  m.def("clock_khz", [] { return g_clock_khz; });
+  m.def("default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
+  });
+  m.def("is_pinned", [](const at::Tensor& t) { return is_pinned(t.storage().data()); });
+}
