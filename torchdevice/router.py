@@ -155,7 +155,8 @@ def _spec_problem(spec) -> str | None:
     if not isinstance(spec.priority, int) or isinstance(spec.priority, bool):
         return f"backend {spec.name!r} has priority {spec.priority!r}, not an int"
     if not _known_device_type(spec.device_type):
-        return f"backend {spec.name!r} has device_type {spec.device_type!r}, which torch does not know"
+        return (f"backend {spec.name!r} has device_type {spec.device_type!r}, which torch does not know "
+                "(and torch's PrivateUse1 device, which a backend may rename to it, is claimed)")
     return None
 
 
@@ -167,7 +168,9 @@ def _known_device_type(device_type) -> bool:
     try:
         torch.device(device_type)
     except (RuntimeError, TypeError, ValueError):
-        return False
+        # A name torch does not know yet is the one a PrivateUse1 backend gives torch's PrivateUse1
+        # device when it loads (torch.utils.rename_privateuse1_backend), while nobody has claimed it.
+        return torch._C._get_privateuse1_backend_name() == "privateuseone" and _NAME.match(device_type) is not None
     return True
 
 

@@ -114,7 +114,8 @@ def stream_class_rule(attr: str) -> Rule:
     """Status of the backend's ``Stream``/``Event`` class."""
 
     def rule(view: View, ns: str) -> tuple[Status, str]:
-        cls = getattr(type(view.streams), attr, None) if view.streams is not None else None
+        # the instance's: TorchStreams sets the namespace's classes per object, host backends per class
+        cls = getattr(view.streams, attr, None) if view.streams is not None else None
         if cls is None:
             return UNSUPPORTED, f"the backend has no {attr} class"
         tag = getattr(cls, STATUS_ATTR, None)

@@ -125,7 +125,7 @@ class Fallback:
                 raise  # a real error (shapes, dtypes): the program gets it now, as from a CUDA launch
             return self.run_on_host(op, device, args, kwargs)
         schema = op._schema
-        returns = [meta_out] if len(schema.returns) == 1 else list(meta_out)
+        returns = [meta_out] if len(schema.returns) == 1 else list(meta_out or ())
         results: list[Any] = []
         fresh: list[Tensor | None] = []
         for ret, value in zip(schema.returns, returns):

@@ -70,6 +70,11 @@ def is_initialized() -> bool:
     return _C is not None
 
 
+def _is_in_bad_fork() -> bool:
+    """False: a forked child gets fresh streams (the C++ half's fork handler), so sim works there."""
+    return False
+
+
 def _lazy_init() -> None:
     """Nothing to do: sim is initialised by torchdevice_sim.load(), before this module exists."""
 
