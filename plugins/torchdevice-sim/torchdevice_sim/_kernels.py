@@ -19,6 +19,7 @@ pinned memory waits for the stream, as CUDA's does.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
@@ -28,6 +29,7 @@ aten = torch.ops.aten
 
 # ops that take host tensors as indices beside device tensors, as CUDA's do
 _HOST_INDEX_OPS = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_put"})
+_RNG_LOCK = threading.RLock()  # one random op at a time may lend torch's CPU generator its state
 _COPIES = frozenset({"aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_"})
 
 
@@ -205,14 +207,16 @@ class Fallback:
         h_kwargs = {k: _map(host, v) for k, v in kwargs.items()}
         if "pin_memory" in h_kwargs:
             h_kwargs["pin_memory"] = False
-        generator = None
+        restore = None
         if torch.Tag.nondeterministic_seeded in op.tags:
-            generator, h_args, h_kwargs = self.swap_generator(op, device, h_args, h_kwargs)
+            _RNG_LOCK.acquire()
+            restore, h_args, h_kwargs = self.swap_generator(op, device, h_args, h_kwargs)
         try:
             result = op(*h_args, **h_kwargs)
         finally:
-            if generator is not None:
-                generator[0].set_state(generator[1].get_state())
+            if restore is not None:
+                restore()
+                _RNG_LOCK.release()
         return _map(lambda v: self.to_device(v, views, device), result)
 
     def to_device(self, value: Any, views: dict, device: int) -> Any:
@@ -228,7 +232,12 @@ class Fallback:
         return out
 
     def swap_generator(self, op: torch._ops.OpOverload, device: int, args: Any, kwargs: dict):
-        """The device's generator's state in a CPU generator for the CPU kernel; written back after."""
+        """Run with the device generator's state in a CPU generator; returns (restore, args, kwargs).
+
+        An op with a ``generator`` argument gets a scratch CPU generator there; one without
+        (``native_dropout``, ``randperm``) draws from torch's default CPU generator, which holds
+        the device generator's state for the call and gets its own back afterwards.
+        """
         for index, argument in enumerate(op._schema.arguments):
             if argument.name != "generator":
                 continue
@@ -243,8 +252,12 @@ class Fallback:
                 args = tuple(args)
             else:
                 kwargs["generator"] = scratch
-            return (source, scratch), args, kwargs
-        return None, args, kwargs
+            return _Restore(source, scratch, None), args, kwargs
+        source = self.C.default_generator(device)
+        cpu = torch.default_generator
+        saved = cpu.get_state()
+        cpu.set_state(source.get_state())
+        return _Restore(source, cpu, saved), args, kwargs
 
     # -- copies ----------------------------------------------------------------------------------
     def copy(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
@@ -267,6 +280,19 @@ class Fallback:
         if host_side is not None and not (non_blocking and self.C.is_pinned(host_side)):
             self.C.stream_synchronize(device, self.C.current_stream(device))
         return dst
+
+
+class _Restore:
+    """After a random op: the device generator takes the state the CPU kernel left; torch's own CPU
+    generator, if it lent itself, gets its state back."""
+
+    def __init__(self, device_generator: torch.Generator, used: torch.Generator, saved: Tensor | None):
+        self.device_generator, self.used, self.saved = device_generator, used, saved
+
+    def __call__(self) -> None:
+        self.device_generator.set_state(self.used.get_state())
+        if self.saved is not None:
+            self.used.set_state(self.saved)
 
 
 def _numbers_as_tensors(op: torch._ops.OpOverload, args: list, kwargs: dict) -> tuple[tuple, dict]:

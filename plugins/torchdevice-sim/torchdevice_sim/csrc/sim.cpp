@@ -80,7 +80,7 @@ struct Stream {
   int64_t id;
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> queue;
+  std::deque<std::pair<std::function<void()>, std::function<void()>>> queue;  // (task, after completion)
   uint64_t enqueued = 0;  // tasks pushed
   std::atomic<uint64_t> completed{0};  // tasks finished
   std::string error;  // first asynchronous failure, reported at the next call on this stream
@@ -94,15 +94,16 @@ struct Stream {
     std::thread([this] {
       tl_is_worker = true;
       for (;;) {
-        std::function<void()> task;
+        std::function<void()> task, after;
         {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [this] { return !queue.empty(); });
-          task = std::move(queue.front());
+          task = std::move(queue.front().first);
+          after = std::move(queue.front().second);
           queue.pop_front();
         }
         try {
-          task();
+          if (task) task();
         } catch (const std::exception& e) {
           std::lock_guard<std::mutex> lock(mu);
           if (error.empty()) error = e.what();
@@ -113,6 +114,7 @@ struct Stream {
           completed.fetch_add(1);
         }
         cv.notify_all();
+        if (after) after();  // an event reached: marked done once the stream has passed it
       }
     }).detach();  // never joined: a stream lives as long as the process, as a GPU queue does
   }
@@ -127,13 +129,13 @@ struct Stream {
                 " failed (errors from asynchronous work are reported at the next call, as on a GPU): ", message);
   }
 
-  uint64_t push(std::function<void()> task) {
+  uint64_t push(std::function<void()> task, std::function<void()> after = nullptr) {
     raise_pending_error();
     uint64_t ticket;
     {
       std::lock_guard<std::mutex> lock(mu);
       ensure_worker();
-      queue.push_back(std::move(task));
+      queue.emplace_back(std::move(task), std::move(after));
       ticket = ++enqueued;
     }
     cv.notify_all();
@@ -249,10 +251,12 @@ void record_event(const EventHandle& ev, Stream* stream, bool timing) {
     ev->device = stream->device;
     ev->timing = timing;
   }
-  stream->push([ev, version] {
+  stream->push([ev] {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    ev->when = Clock::now();
+  }, [ev, version] {
     {
       std::lock_guard<std::mutex> lock(ev->mu);
-      ev->when = Clock::now();
       if (ev->done < version) ev->done = version;
     }
     ev->cv.notify_all();

@@ -1,0 +1,353 @@
+"""sim as a device, natively (``device="sim"``, ``torch.sim``): what a GPU has and the CPU has not.
+
+Every number is checked against a CPU computation of the same thing, and every device rule
+against what torch does for a device that is not the CPU.
+"""
+from __future__ import annotations
+
+import io
+import threading
+import time
+
+import pytest
+import torch
+
+import torchdevice_sim
+from torchdevice_sim import config
+
+MIB = 1 << 20
+
+
+# -- the device type --------------------------------------------------------------------------------
+
+
+def test_tensors_have_the_sim_device_type_and_index(synced):
+    x = torch.ones(3, device="sim:1")
+    assert x.device == torch.device("sim", 1) and x.device.type == "sim" and x.is_sim
+    assert torch.zeros(2).sim().device == torch.device("sim", 0)
+    assert torch._C._get_privateuse1_backend_name() == "sim"
+
+
+def test_two_devices_by_default_and_an_invalid_ordinal_names_the_count(synced):
+    assert synced.device_count() == config.DEFAULT_DEVICES
+    with pytest.raises(RuntimeError, match=r"sim:5.*2 device"):
+        torch.ones(1, device="sim:5")
+
+
+def test_properties_are_a_gpus_with_the_capacity_as_total_memory(synced):
+    props = synced.get_device_properties(1)
+    assert props.total_memory == config.DEFAULT_MEMORY
+    assert props.multi_processor_count > 0 and props.clock_rate > 0 and (props.major, props.minor) == (8, 0)
+
+
+def test_current_device_is_per_thread(synced):
+    synced.set_device(1)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(synced.current_device()))
+    thread.start()
+    thread.join()
+    assert seen == [0] and synced.current_device() == 1
+    with synced.device(0):
+        assert torch.empty(1, device="sim").device.index == 0
+    assert synced.current_device() == 1
+
+
+# -- device discipline ------------------------------------------------------------------------------
+
+
+def test_mixing_with_a_cpu_tensor_raises_torchs_same_device_error(synced):
+    x = torch.ones(4, device="sim")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*sim:0 and cpu"):
+        x + torch.ones(4)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ones(4, device="sim:1") * x
+
+
+def test_a_zero_dim_cpu_tensor_is_a_scalar(synced):
+    x = torch.arange(4.0, device="sim")
+    assert torch.equal((x * torch.tensor(2.0)).cpu(), torch.arange(4.0) * 2)
+
+
+def test_numpy_of_a_sim_tensor_raises_as_for_a_cuda_tensor(synced):
+    with pytest.raises(TypeError, match="can't convert sim:0 device type tensor to numpy"):
+        torch.ones(2, device="sim").numpy()
+
+
+def test_cpu_kernels_refuse_sim_memory_until_copied(synced):
+    x = torch.randn(5, device="sim")
+    assert torch.equal(x.cpu(), x.to("cpu")) and x.cpu().device.type == "cpu"
+
+
+# -- numbers ----------------------------------------------------------------------------------------
+
+
+def test_a_training_step_gives_the_cpus_numbers(synced):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    data, target = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    twin = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    twin.load_state_dict(model.state_dict())
+    twin.to("sim")
+    for net, x, y in ((model, data, target), (twin, data.to("sim"), target.to("sim"))):
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert b.device.type == "sim" and torch.equal(a, b.cpu())
+
+
+def test_data_dependent_ops_and_item(synced):
+    x = torch.tensor([0.0, 2.0, 0.0, 3.0], device="sim")
+    assert x.nonzero().device.type == "sim"
+    assert torch.equal(x.nonzero().cpu(), torch.tensor([[1], [3]]))
+    assert torch.equal(x[x > 1].cpu(), torch.tensor([2.0, 3.0]))
+    assert x.sum().item() == 5.0 and bool(torch.equal(x, x.clone()))
+
+
+def test_dtype_conversions_views_and_copies(synced):
+    base = torch.arange(12.0).reshape(3, 4)
+    x = base.to("sim")
+    assert torch.equal(x.t().contiguous().cpu(), base.t().contiguous())
+    assert torch.equal(x[1:, ::2].cpu(), base[1:, ::2])
+    assert x.half().dtype == torch.float16 and torch.equal(x.double().cpu(), base.double())
+    y = torch.empty(3, 4, device="sim")
+    y.copy_(base)
+    assert torch.equal(y.cpu(), base)
+    assert torch.equal(x.to("sim:1").cpu(), base) and x.to("sim:1").device.index == 1
+
+
+# -- memory -----------------------------------------------------------------------------------------
+
+
+def test_memory_allocated_moves_by_exactly_the_bytes_on_that_device_only(synced):
+    before = [synced.memory_allocated(i) for i in range(2)]
+    x = torch.empty(MIB, dtype=torch.float32, device="sim:1")
+    assert synced.memory_allocated(1) - before[1] == 4 * MIB
+    assert synced.memory_allocated(0) == before[0]
+    del x
+    assert synced.memory_allocated(1) == before[1]
+
+
+def test_reserved_peak_stats_and_mem_get_info(synced):
+    synced.empty_cache()
+    synced.reset_peak_memory_stats(0)
+    base = synced.memory_allocated(0)
+    x = torch.empty(2 * MIB, dtype=torch.uint8, device="sim")
+    del x
+    synced.synchronize(0)
+    stats = synced.memory_stats(0)
+    assert synced.max_memory_allocated(0) - base == 2 * MIB
+    assert synced.memory_reserved(0) >= synced.memory_allocated(0) + 2 * MIB  # cached, reusable
+    assert stats["allocated_bytes.all.current"] == synced.memory_allocated(0)
+    free, total = synced.mem_get_info(0)
+    assert total == config.DEFAULT_MEMORY and free == total - synced.memory_reserved(0)
+    synced.empty_cache()
+    assert synced.memory_reserved(0) < 2 * MIB + synced.memory_allocated(0) + 1
+
+
+def test_out_of_memory_is_catchable_at_the_capacity_and_leaks_nothing(synced):
+    before = synced.memory_allocated(0)
+    with pytest.raises(torch.OutOfMemoryError, match=r"sim out of memory\. Tried to allocate 9\.00 GiB"):
+        torch.empty(9 * 1024**3, dtype=torch.uint8, device="sim")
+    assert synced.memory_allocated(0) == before
+    assert synced.memory_stats(0)["num_ooms"] >= 1
+    assert torch.ones(2, device="sim").sum().item() == 2  # the program goes on
+
+
+def test_memory_fraction_caps_allocations(synced):
+    synced.set_per_process_memory_fraction(0.001, 1)  # about 8 MiB of 8 GiB
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match="memory fraction"):
+            torch.empty(64 * MIB, dtype=torch.uint8, device="sim:1")
+    finally:
+        synced.set_per_process_memory_fraction(1.0, 1)
+    with pytest.raises(ValueError, match="Invalid fraction"):
+        synced.set_per_process_memory_fraction(2.0, 1)
+
+
+# -- streams and events -----------------------------------------------------------------------------
+
+
+def test_sleep_makes_the_queue_busy_and_synchronize_waits(synced):
+    stream = synced.current_stream()
+    cycles = int(synced.get_device_properties(0).clock_rate * 300)  # 300 ms
+    start = time.perf_counter()
+    synced._sleep(cycles)
+    assert time.perf_counter() - start < 0.1, "queueing work must not block the host"
+    assert not stream.query()
+    synced.synchronize()
+    assert stream.query() and time.perf_counter() - start >= 0.29
+
+
+def test_events_record_without_blocking_and_time_the_queue_in_ms(synced):
+    start, end = synced.Event(enable_timing=True), synced.Event(enable_timing=True)
+    cycles = int(synced.get_device_properties(0).clock_rate * 200)
+    t0 = time.perf_counter()
+    start.record()
+    synced._sleep(cycles)
+    end.record()
+    assert time.perf_counter() - t0 < 0.1 and not end.query()
+    end.synchronize()
+    assert end.query() and 190 <= start.elapsed_time(end) < 2000
+
+
+def test_kernels_run_in_order_after_pending_work(synced):
+    x = torch.zeros(1000, device="sim")
+    synced._sleep(int(synced.get_device_properties(0).clock_rate * 100))
+    y = x + 1
+    assert not synced.current_stream().query()  # the add waits behind the sleep
+    assert y.sum().item() == 1000  # item waits for it
+
+
+def test_wait_stream_and_wait_event_order_two_queues(synced):
+    side = synced.Stream()
+    clock = synced.get_device_properties(0).clock_rate
+    x = torch.ones(100, device="sim")
+    with synced.stream(side):
+        synced._sleep(int(clock * 150))
+        y = x * 3
+    synced.current_stream().wait_stream(side)
+    z = y + 1  # queued on the default stream, after side's work
+    assert torch.equal(z.cpu(), torch.full((100,), 4.0))
+    event = side.record_event()
+    synced.current_stream().wait_event(event)
+    assert event.query()
+
+
+def test_non_blocking_copy_to_pinned_memory_is_asynchronous(synced):
+    clock = synced.get_device_properties(0).clock_rate
+    src = torch.arange(1000.0, device="sim")
+    dst = torch.zeros(1000).pin_memory()
+    assert dst.is_pinned()
+    synced._sleep(int(clock * 200))
+    dst.copy_(src, non_blocking=True)
+    assert dst.sum().item() == 0, "the copy is queued behind the sleep: the host sees the old bytes"
+    synced.synchronize()
+    assert torch.equal(dst, torch.arange(1000.0))
+
+
+def test_a_blocking_copy_to_the_host_waits_for_the_queue(synced):
+    clock = synced.get_device_properties(0).clock_rate
+    src = torch.arange(10.0, device="sim")
+    synced._sleep(int(clock * 100))
+    assert torch.equal(src.cpu(), torch.arange(10.0))
+
+
+def test_torch_stream_and_event_are_the_generic_ones(synced):
+    stream = torch.Stream(device="sim:1")
+    assert stream.device_index == 1 and stream != synced.current_stream(1)
+    event = torch.Event(device="sim:1", enable_timing=True)
+    event.record(stream)
+    event.synchronize()
+    assert event.query() and stream.query()
+
+
+# -- random numbers ---------------------------------------------------------------------------------
+
+
+def test_each_device_has_its_own_generator(synced):
+    synced.manual_seed_all(1234)
+    a1 = torch.randn(3, device="sim:1")
+    with synced.device(0):
+        synced.manual_seed(99)  # seeds device 0 only
+    a2 = torch.randn(3, device="sim:1")
+    with synced.device(0):
+        assert synced.initial_seed() == 99
+    with synced.device(1):
+        assert synced.initial_seed() == 1234
+    synced.manual_seed_all(1234)
+    b1, b2 = torch.randn(3, device="sim:1"), torch.randn(3, device="sim:1")
+    assert torch.equal(a1.cpu(), b1.cpu()) and torch.equal(a2.cpu(), b2.cpu())
+    assert not torch.equal(a1.cpu(), a2.cpu())
+
+
+def test_rng_state_round_trips_and_matches_a_cpu_generator_seeded_alike(synced):
+    synced.manual_seed_all(7)
+    state = synced.get_rng_state(1)
+    first = torch.rand(5, device="sim:1")
+    synced.set_rng_state(state, 1)
+    assert torch.equal(first.cpu(), torch.rand(5, device="sim:1").cpu())
+    assert torch.equal(first.cpu(), torch.rand(5, generator=torch.Generator().manual_seed(7)))
+
+
+def test_dropout_draws_from_the_device_generator_and_leaves_the_cpus_alone(synced):
+    torch.manual_seed(5)
+    cpu_state = torch.get_rng_state()
+    synced.manual_seed_all(3)
+    a = torch.nn.functional.dropout(torch.ones(100, device="sim"), 0.5)
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    synced.manual_seed_all(3)
+    b = torch.nn.functional.dropout(torch.ones(100, device="sim"), 0.5)
+    assert torch.equal(a.cpu(), b.cpu()) and 0 < (a == 0).sum().item() < 100
+    torch.manual_seed(3)
+    assert torch.equal(a.cpu(), torch.nn.functional.dropout(torch.ones(100), 0.5))
+
+
+# -- AMP and serialization ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_runs_matmuls_in_half_precision(synced, dtype):
+    a, b = torch.randn(8, 8, device="sim"), torch.randn(8, 8, device="sim")
+    with torch.autocast("sim", dtype=dtype):
+        out = a @ b
+        summed = torch.softmax(out, dim=-1)
+    assert out.dtype == dtype and summed.dtype == torch.float32  # CUDA's lists: softmax runs in fp32
+    assert torch.equal(out.cpu(), (a.cpu().to(dtype) @ b.cpu().to(dtype)))
+
+
+def test_grad_scaler_unscales_and_skips_inf_steps(synced):
+    param = torch.nn.Parameter(torch.ones(4, device="sim"))
+    opt = torch.optim.SGD([param], lr=1.0)
+    scaler = torch.amp.GradScaler("sim", init_scale=4.0)
+    scaler.scale((param * 2).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert torch.equal(param.detach().cpu(), torch.full((4,), -1.0))
+    opt.zero_grad()
+    scaler.scale((param * float("inf")).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert torch.equal(param.detach().cpu(), torch.full((4,), -1.0)) and scaler.get_scale() == 2.0
+
+
+def test_a_checkpoint_loads_natively_and_onto_device_1(synced, tmp_path):
+    state = {"w": torch.arange(6.0, device="sim").reshape(2, 3)}
+    path = tmp_path / "ck.pt"
+    torch.save(state, path)
+    assert b"torchdevice" not in path.read_bytes()
+    on_cpu = torch.load(path, map_location="cpu")
+    assert on_cpu["w"].device.type == "cpu" and torch.equal(on_cpu["w"], torch.arange(6.0).reshape(2, 3))
+    assert torch.load(path)["w"].device == torch.device("sim", 0)
+    assert torch.load(path, map_location="sim:1")["w"].device == torch.device("sim", 1)
+    buffer = io.BytesIO()
+    torch.save(torch.ones(2, device="sim:1"), buffer)
+    buffer.seek(0)
+    assert torch.load(buffer).device == torch.device("sim", 1)
+
+
+# -- loading ------------------------------------------------------------------------------------------
+
+
+def test_load_is_idempotent_and_the_plugin_is_on_request_only(synced):
+    assert torchdevice_sim.load() is synced
+    found = torchdevice_sim.plugin.availability()
+    assert found.available and not found.automatic
+
+
+@pytest.mark.parametrize("var, value, words", [
+    (config.MEMORY_VAR, "lots", "TORCHDEVICE_SIM_MEMORY='lots' is not a size"),
+    (config.DEVICES_VAR, "0", "TORCHDEVICE_SIM_DEVICES='0' is not a device count"),
+])
+def test_a_bad_variable_makes_sim_unavailable_naming_it(monkeypatch, var, value, words):
+    monkeypatch.setenv(var, value)
+    found = torchdevice_sim.plugin.availability()
+    assert not found.available and words in found.reason
+
+
+def test_sizes_parse_with_binary_and_decimal_units():
+    assert config.parse_size("2GiB") == 2 * 1024**3
+    assert config.parse_size("1.5GB") == 1_500_000_000
+    assert config.parse_size("512MiB") == 512 * MIB
