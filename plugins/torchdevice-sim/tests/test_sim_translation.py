@@ -1,0 +1,173 @@
+"""CUDA-written code translated onto sim: the program sees CUDA, its tensors are sim tensors.
+
+Each translated result is compared with the same computation written for sim natively (or for
+the CPU where sim's numbers must be the CPU's), never with a value recorded from this code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "examples"
+MIB = 1 << 20
+
+
+# -- devices ----------------------------------------------------------------------------------------
+
+
+def test_cuda_devices_are_sim_devices(on_sim):
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 2
+    x = torch.ones(3, device="cuda:1")
+    assert x.device == torch.device("sim", 1) and x.is_cuda
+    assert torch.zeros(2).cuda().device.type == "sim"
+    assert torch.nn.Linear(2, 2).cuda(1).weight.device == torch.device("sim", 1)
+    assert torch.device("cuda", 1).type == "sim"
+
+
+def test_an_index_beyond_the_sim_devices_raises(on_sim):
+    with pytest.raises(torch.AcceleratorError):
+        torch.ones(1, device="cuda:2")
+
+
+def test_a_host_tensor_mixed_in_is_caught_as_on_a_gpu(on_sim):
+    weight = torch.ones(4, 4, device="cuda")
+    with pytest.raises(RuntimeError, match="same device"):
+        weight @ torch.ones(4, 4)
+    with pytest.raises(TypeError, match="numpy"):
+        weight.numpy()
+
+
+def test_properties_are_sims(on_sim, sim):
+    props = torch.cuda.get_device_properties(1)
+    assert props.total_memory == sim.get_device_properties(1).total_memory
+    assert torch.cuda.get_device_capability(0) == sim.get_device_capability(0)
+
+
+# -- memory -----------------------------------------------------------------------------------------
+
+
+def test_memory_figures_move_exactly_per_device(on_sim, sim):
+    before = torch.cuda.memory_allocated(0), torch.cuda.memory_allocated(1)
+    x = torch.empty(MIB, device="cuda:1")
+    assert torch.cuda.memory_allocated(1) - before[1] == 4 * MIB
+    assert torch.cuda.memory_allocated(0) == before[0]
+    assert torch.cuda.memory_allocated(1) == sim.memory_allocated(1)
+    assert torch.cuda.max_memory_allocated(1) >= torch.cuda.memory_allocated(1)
+    del x
+    assert torch.cuda.memory_allocated(1) == before[1]
+
+
+def test_out_of_memory_is_cudas_error_and_the_program_continues(on_sim):
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        torch.empty(9 * 1024**3, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_allocated() == before
+    assert torch.ones(2, device="cuda").sum().item() == 2
+
+
+# -- streams, events, RNG ---------------------------------------------------------------------------
+
+
+def test_events_time_queued_work(on_sim, sim):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    sim._sleep(int(sim.get_device_properties(0).clock_rate * 150))
+    t0 = time.perf_counter()
+    end.record()
+    assert time.perf_counter() - t0 < 0.1 and not end.query()
+    torch.cuda.synchronize()
+    assert end.query() and 140 <= start.elapsed_time(end) < 2000
+
+
+def test_streams_are_sims(on_sim):
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = torch.ones(5, device="cuda") * 2
+        assert torch.cuda.current_stream() == side
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(y.cpu(), torch.full((5,), 2.0)) and side.device_index == 0
+
+
+def test_per_device_rng_is_independent_and_reproducible(on_sim):
+    torch.cuda.manual_seed_all(1234)
+    first = torch.randn(3, device="cuda:1")
+    with torch.cuda.device(0):
+        torch.cuda.manual_seed(99)
+    second = torch.randn(3, device="cuda:1")
+    torch.cuda.manual_seed_all(1234)
+    assert torch.equal(torch.randn(3, device="cuda:1").cpu(), first.cpu())
+    assert torch.equal(torch.randn(3, device="cuda:1").cpu(), second.cpu())
+    state = torch.cuda.get_rng_state(1)
+    draw = torch.rand(4, device="cuda:1")
+    torch.cuda.set_rng_state(state, 1)
+    assert torch.equal(torch.rand(4, device="cuda:1").cpu(), draw.cpu())
+
+
+# -- AMP and checkpoints --------------------------------------------------------------------------------
+
+
+def test_autocast_cuda_gives_half_precision_matmuls_on_sim(on_sim):
+    a, b = torch.randn(8, 8, device="cuda"), torch.randn(8, 8, device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        half = a @ b
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        brain = a @ b
+    assert half.device.type == "sim" and half.dtype == torch.float16 and brain.dtype == torch.bfloat16
+    assert torch.equal(half.cpu(), a.cpu().half() @ b.cpu().half())
+
+
+def test_a_checkpoint_loads_onto_cuda_1(on_sim, tmp_path):
+    path = tmp_path / "ck.pt"
+    torch.save({"w": torch.arange(4.0, device="cuda")}, path)
+    assert torch.load(path, map_location="cuda:1")["w"].device == torch.device("sim", 1)
+    native = subprocess.run([sys.executable, "-c", f"import torch; print(torch.load({str(path)!r}, map_location='cpu')['w'].sum().item())"],
+                            capture_output=True, text=True, timeout=120, env=_plain_env())
+    assert native.returncode == 0, native.stderr
+    assert float(native.stdout) == 6.0  # loads with plain torch: no torchdevice or sim inside
+
+
+def _plain_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
+
+
+# -- whole programs --------------------------------------------------------------------------------
+
+
+def _run(args: list[str], out: Path, env: dict | None = None) -> dict:
+    done = subprocess.run(args + ["--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**_plain_env(), **(env or {})}, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(out.read_text())
+
+
+def test_train_cuda_translated_onto_sim_equals_the_native_sim_port(tmp_path):
+    translated = _run([sys.executable, "-m", "torchdevice", "run", "--backend", "sim", str(EXAMPLES / "train_cuda.py")],
+                      tmp_path / "translated.json")
+    native = _run([sys.executable, str(EXAMPLES / "ported" / "train_sim.py")], tmp_path / "native.json")
+    translated.pop("train_ms")
+    native.pop("train_ms")
+    assert translated == native
+    assert translated["checkpoint_on"] == "sim"
+
+
+def test_train_cuda_in_full_precision_gives_the_cpu_backends_numbers(tmp_path):
+    """Without autocast and device draws (where sim, as a GPU, differs from the CPU by design:
+    CUDA's autocast lists and float16, its own generator) every number equals the CPU backend's."""
+    source = (EXAMPLES / "train_cuda.py").read_text()
+    program = tmp_path / "train_fp32.py"
+    program.write_text(source.replace('torch.autocast(device_type="cuda")', 'torch.autocast(device_type="cuda", enabled=False)')
+                       .replace("nn.Dropout(0.1)", "nn.Dropout(0.0)"))
+    results = {}
+    for backend in ("sim", "cpu"):
+        results[backend] = _run([sys.executable, "-m", "torchdevice", "run", "--backend", backend, str(program)],
+                                tmp_path / f"{backend}.json")
+    for key in ("losses", "eval_loss", "accuracy", "restored_eval_loss", "param_sum", "grad_scale"):
+        assert results["sim"][key] == results["cpu"][key], key
