@@ -143,7 +143,7 @@ class Result:
 
 
 #: the entry points this repository ships; any other installed one is a third party's
-OWN_ENTRY_POINTS = frozenset({"cuda", "mps", "mtia", "xpu", "mlx"})
+OWN_ENTRY_POINTS = frozenset({"cuda", "mps", "mtia", "xpu", "mlx", "sim"})
 
 
 def foreign_entry_points() -> list[str]:

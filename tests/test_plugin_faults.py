@@ -76,6 +76,14 @@ def test_fault_is_reported_and_cpu_still_translates(results, fault):
     assert FAULTS[fault] in problems, problems
 
 
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_automatic_selection_warns_once_naming_the_plugin_it_passed_over(results, fault):
+    auto = results[fault, "auto"].stderr
+    warnings = [line for line in auto.splitlines() if "automatic selection chose 'cpu' after passing over" in line]
+    assert len(warnings) == 1 and "'faulty'" in warnings[0] and FAULTS[fault] in warnings[0], auto
+    assert "passing over" not in results[fault, "named"].stderr  # a backend asked for by name: nothing passed over
+
+
 def test_a_plugin_cannot_answer_for_a_backend_it_did_not_declare(results):
     # td_faulty answers availability False and count 0 for every name; only its own counts
     for mode in ("named", "auto"):

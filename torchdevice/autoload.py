@@ -96,6 +96,10 @@ def hook() -> None:
         from . import translate
 
         target = translate.patch()
+        from . import router
+
+        for note in router.passed_over():
+            _warn(f"automatic selection chose {target.backend!r} after passing over {note}")
         outcome = f"on: {why}: translating {', '.join(sorted(target.sources))} to backend {target.backend!r} ({target.device_type})"
         import logging
 

@@ -44,13 +44,17 @@ class BackendSpec:
     ``name`` is what users pass to :func:`torchdevice.use`; ``device_type`` is
     the torch device type tensors of this backend live on (``"cuda"``,
     ``"cpu"`` for MLX's host tensors ...); a higher ``priority`` wins automatic
-    selection.
+    selection. ``privateuse1=True`` declares that the backend gives torch's
+    PrivateUse1 device the name ``device_type`` when it loads
+    (``torch.utils.rename_privateuse1_backend``), so torch does not know that
+    name before (docs/plugins.md, "A backend with its own device type").
     """
 
     name: str
     device_type: str
     priority: int
     description: str = ""
+    privateuse1: bool = False
 
 
 @dataclass(frozen=True)
@@ -546,10 +550,11 @@ class Backend:
     device_type: ClassVar[str] = ""
     priority: ClassVar[int] = 0
     description: ClassVar[str] = ""
+    privateuse1: ClassVar[bool] = False  #: renames torch's PrivateUse1 device to ``device_type`` when loaded
 
     def spec(self) -> BackendSpec:
-        """Return the declaration built from ``name``, ``device_type``, ``priority`` and ``description``."""
-        return BackendSpec(self.name, self.device_type, self.priority, self.description)
+        """Return the declaration built from ``name``, ``device_type``, ``priority``, ``description`` and ``privateuse1``."""
+        return BackendSpec(self.name, self.device_type, self.priority, self.description, self.privateuse1)
 
     # Subclasses implement these; they are only called for an available backend,
     # except availability() itself.

@@ -154,13 +154,14 @@ def _spec_problem(spec) -> str | None:
         return f"backend name {spec.name!r} is not lowercase letters, digits and '_' starting with a letter"
     if not isinstance(spec.priority, int) or isinstance(spec.priority, bool):
         return f"backend {spec.name!r} has priority {spec.priority!r}, not an int"
-    if not _known_device_type(spec.device_type):
-        return (f"backend {spec.name!r} has device_type {spec.device_type!r}, which torch does not know "
-                "(and torch's PrivateUse1 device, which a backend may rename to it, is claimed)")
+    if not _known_device_type(spec.device_type, spec.privateuse1):
+        return (f"backend {spec.name!r} has device_type {spec.device_type!r}, which torch does not know"
+                + (" (torch's PrivateUse1 device, which the backend would rename to it, is claimed)" if spec.privateuse1 is True
+                   else ""))
     return None
 
 
-def _known_device_type(device_type) -> bool:
+def _known_device_type(device_type, privateuse1: bool = False) -> bool:
     if not isinstance(device_type, str) or ":" in device_type:
         return False
     import torch
@@ -168,9 +169,10 @@ def _known_device_type(device_type) -> bool:
     try:
         torch.device(device_type)
     except (RuntimeError, TypeError, ValueError):
-        # A name torch does not know yet is the one a PrivateUse1 backend gives torch's PrivateUse1
-        # device when it loads (torch.utils.rename_privateuse1_backend), while nobody has claimed it.
-        return torch._C._get_privateuse1_backend_name() == "privateuseone" and _NAME.match(device_type) is not None
+        # A PrivateUse1 backend names the device type it will give torch's PrivateUse1 device when it
+        # loads (torch.utils.rename_privateuse1_backend): torch knows it only then, and only if unclaimed.
+        unclaimed = torch._C._get_privateuse1_backend_name() == "privateuseone"
+        return privateuse1 is True and unclaimed and _NAME.match(device_type) is not None
     return True
 
 
@@ -377,6 +379,7 @@ def _activate() -> ActiveBackend:
 
         configured_device_count()  # a bad TORCHDEVICE_DEVICE_COUNT: one clear error, not a plugin failure
         failures = []
+        _passed_over.clear()
         for name, source in _candidates():
             if source != "priority":
                 check(name, source)  # explicit choice: a clear error, no fallback
@@ -391,9 +394,34 @@ def _activate() -> ActiveBackend:
                 continue
             for record in _named_records(name).values():
                 record.selected = record.name == name
+            if source == "priority":
+                _passed_over.extend(_broken_above(backend.spec.priority))
             _active = backend
             return backend
         raise TorchDeviceError("no torchdevice backend could be resolved: " + "; ".join(failures))
+
+
+_passed_over: list[str] = []
+
+
+def _broken_above(priority: int) -> list[str]:
+    """What automatic selection could not take that might have outranked its choice: plugins that
+    broke before declaring a backend (their priority is unknown), and backends of a higher priority
+    whose availability check or resolution failed (recorded as problems)."""
+    notes = []
+    for record in discover().values():
+        if record.device_type is None:
+            notes.append(f"plugin {record.plugin!r}: {record.reason}")
+        elif not record.available and record.problems and (record.priority or 0) > priority:
+            notes.append(f"backend {record.name!r} (plugin {record.plugin!r}): {record.reason}")
+    return notes
+
+
+def passed_over() -> list[str]:
+    """Why automatic selection may not have chosen the best backend: one line per broken plugin or
+    backend it had to pass over (empty when a backend was named, or nothing broke).
+    ``torchdevice run`` and zero-code activation warn with these lines."""
+    return list(_passed_over)
 
 
 def use(name: str | None) -> None:

@@ -175,6 +175,9 @@ def _activate(backend: str | None, source: str | None = None, devices: int | Non
         else:
             source, how = translate.DEFAULT_SOURCE, "the default"
     target = translate.patch(source=source)
+    for note in router.passed_over():  # once: children get the chosen backend by name
+        print(f"torchdevice run: warning: automatic selection chose {target.backend!r} after passing over {note}",
+              file=sys.stderr)
     # children: same backend, same source family, and never opted out
     os.environ[router.ENV_BACKEND] = target.backend
     os.environ[translate.ENV_SOURCE] = target.source

@@ -24,6 +24,7 @@ class SimBackend(TorchNamespaceBackend):
     namespace = "sim"
     label = "sim"
     dist_backend = "simccl"
+    privateuse1 = True  # torch knows the device type "sim" once load() has renamed PrivateUse1
 
     def __init__(self, namespace_module: Any = None):  # the namespace is built on first use, not at discovery
         self._namespace_module = namespace_module
