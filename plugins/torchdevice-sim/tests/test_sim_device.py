@@ -351,3 +351,19 @@ def test_sizes_parse_with_binary_and_decimal_units():
     assert config.parse_size("2GiB") == 2 * 1024**3
     assert config.parse_size("1.5GB") == 1_500_000_000
     assert config.parse_size("512MiB") == 512 * MIB
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_gives_the_cpus_numbers_forward_and_backward(synced, masked):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=True) for _ in range(3))
+    mask = torch.randn(16, 16) if masked else None
+    twins = [t.detach().to("sim").requires_grad_() for t in (q, k, v)]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    out = sdpa(q, k, v, attn_mask=mask, is_causal=not masked)
+    out_sim = sdpa(*twins, attn_mask=None if mask is None else mask.to("sim"), is_causal=not masked)
+    out.square().sum().backward()
+    out_sim.square().sum().backward()
+    assert out_sim.device.type == "sim" and torch.equal(out, out_sim.cpu())
+    for cpu, sim in zip((q, k, v), twins):
+        assert torch.equal(cpu.grad, sim.grad.cpu())

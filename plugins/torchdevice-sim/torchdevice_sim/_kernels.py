@@ -19,8 +19,10 @@ pinned memory waits for the stream, as CUDA's does.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -29,6 +31,8 @@ aten = torch.ops.aten
 
 # ops that take host tensors as indices beside device tensors, as CUDA's do
 _HOST_INDEX_OPS = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_put"})
+_ATTENTION = frozenset({"aten::_scaled_dot_product_fused_attention_overrideable",
+                        "aten::_scaled_dot_product_fused_attention_overrideable_backward"})
 _RNG_LOCK = threading.RLock()  # one random op at a time may lend torch's CPU generator its state
 _COPIES = frozenset({"aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_"})
 
@@ -68,6 +72,8 @@ class Fallback:
             if name == "aten::_local_scalar_dense":
                 self.C.stream_synchronize(device, self.C.current_stream(device))
                 return self.C.host_view(args[0]).item()
+            if name in _ATTENTION:
+                return self.attention(name, device, *args, **kwargs)
             if self.runs_on_host(op):
                 return self.run_on_host(op, device, args, kwargs)
             return self.launch(op, device, args, kwargs)
@@ -259,6 +265,37 @@ class Fallback:
         cpu.set_state(source.get_state())
         return _Restore(source, cpu, saved), args, kwargs
 
+    # -- attention -------------------------------------------------------------------------------
+    def attention(self, name: str, device: int, *args: Any, **kwargs: Any) -> Any:
+        """The fused attention ops, run with the CPU's flash kernel (the C++ half chose it as the
+        CPU would), synchronously: the same numbers as the CPU, forward and backward."""
+        self.C.stream_synchronize(device, self.C.current_stream(device))
+        host = [self.host(a) for a in args]
+        scale = kwargs.get("scale")
+        if name.endswith("_backward"):
+            grad_out, q, k, v, bias, mask, out, lse = host[:8]
+            dropout_p, is_causal = host[12], host[13]
+            with self.lent_cpu_generator(device, dropout_p):
+                grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=bias, scale=scale)
+            moved = [self.to_device(g, {}, device) if want else None for g, want in zip(grads, mask)]
+            return (*moved, None)
+        q, k, v = host[:3]
+        bias = host[3] if len(host) > 3 else kwargs.get("attn_bias")
+        dropout_p = host[4] if len(host) > 4 else kwargs.get("dropout_p", 0.0)
+        is_causal = host[5] if len(host) > 5 else kwargs.get("is_causal", False)
+        with self.lent_cpu_generator(device, dropout_p):
+            out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, attn_mask=bias, scale=scale)
+        empty = torch.empty(0, device=torch.device(self.device_type, device))
+        return (self.to_device(out, {}, device), self.to_device(lse, {}, device), empty, empty,
+                q.shape[2], k.shape[2], empty, empty, empty)
+
+    def lent_cpu_generator(self, device: int, dropout_p: float) -> Any:
+        """Dropout inside the CPU kernel draws from torch's CPU generator: lend it the device's state."""
+        if not dropout_p:
+            return contextlib.nullcontext()
+        return _lent(self.C.default_generator(device))
+
     # -- copies ----------------------------------------------------------------------------------
     def copy(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
         if name == "aten::copy_":
@@ -295,6 +332,18 @@ class _Restore:
             self.used.set_state(self.saved)
 
 
+@contextlib.contextmanager
+def _lent(device_generator: torch.Generator) -> Iterator[None]:
+    with _RNG_LOCK:
+        cpu = torch.default_generator
+        saved = cpu.get_state()
+        cpu.set_state(device_generator.get_state())
+        try:
+            yield
+        finally:
+            _Restore(device_generator, cpu, saved)()
+
+
 def _numbers_as_tensors(op: torch._ops.OpOverload, args: list, kwargs: dict) -> tuple[tuple, dict]:
     """Python numbers where the schema wants a Tensor (torch hands wrapped scalars to Python kernels as
     numbers) as 0-dim host tensors, which the C++ stack builder takes."""
@@ -314,8 +363,20 @@ def _dense(t: Tensor) -> bool:
     return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
 
 
-def register(C: Any, device_type: str) -> torch.library.Library:
-    """Register the fallback for PrivateUse1; the returned library must be kept alive."""
-    library = torch.library.Library("_", "IMPL")
-    library.fallback(Fallback(C, device_type), dispatch_key="PrivateUse1")
-    return library
+def register(C: Any, device_type: str) -> list[torch.library.Library]:
+    """Register the fallback for PrivateUse1, and the fused attention ops (which have a kernel for
+    every key that raises until a PrivateUse1 one is given); the libraries must be kept alive."""
+    fallback = Fallback(C, device_type)
+    everything = torch.library.Library("_", "IMPL")
+    everything.fallback(fallback, dispatch_key="PrivateUse1")
+    attention = torch.library.Library("aten", "IMPL")
+    for qualified in sorted(_ATTENTION):
+        name = qualified.split("::")[1]
+        attention.impl(name, functools.partial(_attention, fallback, f"aten::{name}"), "PrivateUse1")
+    return [everything, attention]
+
+
+def _attention(fallback: Fallback, name: str, *args: Any, **kwargs: Any) -> Any:
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        device = fallback.device_of(name, args, kwargs)
+        return fallback.attention(name, device, *args, **kwargs)

@@ -18,6 +18,9 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/as_strided_cpu_dispatch.h>
 #include <ATen/ops/set_cpu_dispatch.h>
 #include <ATen/ops/view_native.h>
@@ -770,6 +773,36 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view_as_real", at::native::view_as_real);
   m.impl("view_as_complex", at::native::view_as_complex);
 }
+
+// -- attention: the CPU's choice of kernel --------------------------------------------------------------
+
+// scaled_dot_product_attention asks each device type which fused kernel to run. sim makes the
+// choice the CPU would make for the same inputs; where that is the CPU's flash kernel it answers
+// "overrideable", whose ops the Python fallback runs with that kernel (_kernels.attention).
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  // The CPU's choice depends on shapes, strides, dtypes and whether grads are wanted: ask it with
+  // uninitialised CPU tensors of the same metadata.
+  auto like = [](const at::Tensor& t) {
+    auto cpu = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
+    return t.requires_grad() ? cpu.set_requires_grad(true) : cpu;
+  };
+  std::optional<at::Tensor> mask;
+  if (attn_mask.has_value() && attn_mask->defined()) mask = like(*attn_mask);
+  auto choice = static_cast<sdp::SDPBackend>(
+      at::_fused_sdp_choice(like(query), like(key), like(value), mask, dropout_p, is_causal, scale, enable_gqa));
+  if (choice == sdp::SDPBackend::flash_attention) choice = sdp::SDPBackend::overrideable;
+  return static_cast<int64_t>(choice);
+}
+
+}  // namespace sim
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &sim::fused_sdp_choice);
+}
+
+namespace sim {
 
 // -- autocast: CUDA's op lists and policies, for the sim device type ------------------------------------
 
