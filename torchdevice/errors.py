@@ -16,27 +16,16 @@ def did_you_mean(name: str, known: list[str]) -> str:
     return f"did you mean {close[0]!r}?" if close else ""
 
 
-def source_hint(name: str, source: str) -> str:
-    """For a backend asked for by name (``source``: where the name came from) that is a source family, how to
-    run a program *written for* that family instead (``TORCHDEVICE_BACKEND=mps`` on Linux); else ``""``."""
-    from .vocabulary import SOURCE_FAMILIES
-
-    if not source or name not in SOURCE_FAMILIES:
-        return ""
-    return (f"; a program written for {name} runs on the backend here with `torchdevice run --source {name}` "
-            f"(or TORCHDEVICE_SOURCE={name}, torchdevice.patch(source={name!r})), the backend left to automatic "
-            "selection")
-
-
 class BackendNotFoundError(TorchDeviceError, ValueError):
-    """A backend name that no installed plugin declares; the message suggests a close known name."""
+    """A backend name that no installed plugin declares; the message suggests a close known name (and ``hint``,
+    the router's, what to do instead)."""
 
-    def __init__(self, name: str, known: list[str], available: list[str], source: str = ""):
+    def __init__(self, name: str, known: list[str], available: list[str], source: str = "", hint: str = ""):
         self.name, self.known, self.available = name, known, available
         where = "; ".join(filter(None, (f"from {source}" if source else "", did_you_mean(name, known))))
         where = f" ({where})" if where else ""
         super().__init__(
-            f"unknown torchdevice backend {name!r}{where}{source_hint(name, source)}; "
+            f"unknown torchdevice backend {name!r}{where}{f'; {hint}' if hint else ''}; "
             f"known backends: {', '.join(known) or 'none'}; available here: {', '.join(available) or 'none'}"
         )
 
@@ -50,14 +39,14 @@ class ConfigError(TorchDeviceError, ValueError):
 
 
 class BackendUnavailableError(TorchDeviceError):
-    """A backend that is installed but cannot run on this machine; for a source family's name (``mps``), the
-    message says how to run a program written for it here."""
+    """A backend that is installed but cannot run on this machine; ``hint`` (the router's) says what to do
+    instead, e.g. for a source family's name (``mps``) how to run a program written for it here."""
 
-    def __init__(self, name: str, reason: str, available: list[str], source: str = ""):
+    def __init__(self, name: str, reason: str, available: list[str], source: str = "", hint: str = ""):
         self.name, self.reason, self.available = name, reason, available
         where = f" (from {source})" if source else ""
         super().__init__(
-            f"torchdevice backend {name!r}{where} is not available: {reason}{source_hint(name, source)}; "
+            f"torchdevice backend {name!r}{where} is not available: {reason}{f'; {hint}' if hint else ''}; "
             f"available here: {', '.join(available) or 'none'}"
         )
 
