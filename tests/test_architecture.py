@@ -303,7 +303,7 @@ def test_the_vocabulary_does_not_import_torch():
 def test_every_namespace_row_says_where_it_is_declared():
     from torchdevice import namespaces
 
-    families = {"devices", "memory", "streams", "rng", "nvtx"}
+    families = {"devices", "memory", "streams", "rng", "nvtx", "nccl", "tunable"}
     for table in (namespaces.SPECS, namespaces.NVTX_SPECS):
         for name, spec in table.items():
             path, _, line = spec.declared_at.rpartition(":")
@@ -313,6 +313,8 @@ def test_every_namespace_row_says_where_it_is_declared():
     where = namespaces.where("torch.cuda.memory_allocated")
     assert where.startswith("torchdevice/namespaces/memory.py:") and "device_op_builder('memory', 'memory_allocated')" in where
     assert "devices.build_is_available" in namespaces.where("torch.cuda.is_available")
+    assert namespaces.where("torch.cuda.nccl.version").startswith("torchdevice/namespaces/nccl.py:")
+    assert "memory.build_private_snapshot" in namespaces.where("torch.cuda.memory._snapshot")
     assert "nvtx.build_range_push" in namespaces.where("torch.cuda.nvtx.range_push")
     with pytest.raises(KeyError):
         namespaces.where("torch.cuda.no_such_function")

@@ -11,7 +11,7 @@ import sys
 from importlib.metadata import version
 
 import pytest
-from helpers import run_command, run_concurrently, run_torchdevice
+from helpers import PLUGIN_FIXTURES, run_command, run_concurrently, run_python, run_torchdevice, write_distribution
 
 
 def _an_unavailable_backend() -> str | None:
@@ -124,3 +124,56 @@ def test_a_selection_error_is_reported_once_listing_every_available_backend(runs
     assert len(lines) <= 1, result
     available = {a.strip() for a in text.split("available here:")[1].split(",")}
     assert available == {b["name"] for b in runs["json"].json()["backends"] if b["available"]}, text
+
+
+def test_info_names_a_plugin_whose_hooks_lack_the_marker(tmp_path):
+    write_distribution(tmp_path, "unmarked-plugins", "0.1",
+                       {"torchdevice": {"unmarked": "td_unmarked:plugin", "bare": "td_unmarked:bare"}},
+                       [PLUGIN_FIXTURES / "td_unmarked.py"])
+    result = run_torchdevice("info", env={"TORCHDEVICE_PLUGINS": "unmarked,bare"}, pythonpath=[tmp_path])
+    assert result.returncode == 0, result
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
+    assert ("problem: plugin 'bare' (register): implements no torchdevice hook (did you forget @hookimpl?): "
+            "torchdevice_backends lacks the marker") in problems, result
+    assert ("problem: plugin 'unmarked' (register): defines torchdevice_backends without @hookimpl, so torchdevice "
+            "never calls it (did you forget @hookimpl?)") in problems, result
+
+
+def test_python_m_torchdevice_without_arguments_lists_the_commands():
+    result = run_command([sys.executable, "-m", "torchdevice"])
+    assert result.returncode == 0, result
+    assert result.stdout == run_torchdevice("--help").stdout
+    for command in ("info", "matrix", "scan", "run"):
+        assert f"    {command} " in result.stdout, result
+
+
+def test_a_misspelled_backend_on_the_command_line_or_in_the_env_suggests_the_known_name(tmp_path):
+    import torchdevice
+
+    if "cuda" not in {r.name for r in torchdevice.backends() if r.device_type}:
+        pytest.skip("no cuda backend installed here (torchdevice-cuda)")
+    program = tmp_path / "program.py"
+    program.write_text("print('ran')\n")
+    results = run_concurrently({
+        "flag": (run_torchdevice, ("run", "--backend", "cdua", str(program)), {}),
+        "env": (run_torchdevice, ("run", str(program)), {"env": {"TORCHDEVICE_BACKEND": "cdua"}}),
+    })
+    for source, result in (("--backend", results["flag"]), ("TORCHDEVICE_BACKEND", results["env"])):
+        assert result.returncode == 2 and "ran" not in result.stdout, result
+        assert f"unknown torchdevice backend 'cdua' (from {source}; did you mean 'cuda'?)" in result.stderr, result
+
+
+def test_backend_mps_where_mps_does_not_run_suggests_source_mps(tmp_path):
+    import torch
+
+    if torch.backends.mps.is_available():
+        pytest.skip("the mps backend runs here")
+    program = tmp_path / "program.py"
+    program.write_text("print('ran')\n")
+    results = run_concurrently({
+        "flag": (run_torchdevice, ("run", "--backend", "mps", str(program)), {}),
+        "env": (run_python, ("import torch",), {"env": {"TORCHDEVICE_BACKEND": "mps"}}),
+    })
+    for result in results.values():
+        assert "`torchdevice run --source mps`" in result.stderr, result
+    assert results["flag"].returncode == 2 and "ran" not in results["flag"].stdout

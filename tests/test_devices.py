@@ -192,6 +192,31 @@ def test_pinned_memory_does_not_crash(translated):
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5]]
 
 
+def test_a_factorys_pin_memory_is_a_no_op_on_a_host_target(translated):
+    staged = torch.empty(3, device="cpu", pin_memory=True)
+    assert staged.device.type == "cpu" and not staged.is_pinned()
+    assert torch.zeros(2, 2, device="cuda", pin_memory=True).shape == (2, 2)
+    assert torch.randn(4).new_ones(2, pin_memory=True).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_safetensors_loads_onto_the_target(translated, tmp_path, device):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    state = {"w": torch.randn(3, 4), "step": torch.tensor([7], dtype=torch.int64), "h": torch.ones(5, dtype=torch.float16)}
+    path = str(tmp_path / "model.safetensors")
+    save_file(state, path)
+    loaded = load_file(path, device=device)
+    with safe_open(path, framework="pt", device=device) as f:
+        opened = {key: f.get_tensor(key) for key in f.keys()}
+    for tensors in (loaded, opened):
+        assert sorted(tensors) == sorted(state)
+        for key, tensor in tensors.items():
+            assert tensor.device == torch.device(device) and tensor.is_cuda
+            assert tensor.dtype == state[key].dtype and torch.equal(tensor, state[key])
+
+
 def test_optimizers_and_dynamo_import_work_translated(translated):
     import torch._dynamo  # noqa: F401
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
 import pytest
 import torch
 import torch.cuda.comm  # noqa: F401  (so the identity snapshot covers it)
+import torch.cuda.nccl  # noqa: F401  (likewise)
 
 import torchdevice
 from torchdevice import UnsupportedError, namespaces, plugins, trace, translate
@@ -20,7 +22,7 @@ NATIVE_BUILD_FACTS = (torch.cuda.get_arch_list(), torch.cuda.get_gencode_flags()
 
 def _modules():
     mods = [torch.cuda, torch.cuda.memory, torch.cuda.random, torch.cuda.streams, torch.cuda.graphs,
-            torch.cuda.nvtx, torch.cuda.comm, torch.cuda.amp, torch.mps, torch.mps.event, torch.xpu,
+            torch.cuda.nvtx, torch.cuda.comm, torch.cuda.nccl, torch.cuda.amp, torch.mps, torch.mps.event, torch.xpu,
             torch.xpu.memory, torch.xpu.random, torch.xpu.streams, torch.mtia, torch.mtia.memory,
             torch.backends.mps, torch.backends.cudnn, torch.backends.cuda]
     return mods
@@ -495,6 +497,79 @@ def test_calls_are_traced_with_how_they_were_handled(patched):
     assert "torch.cuda.cast" not in uses
     site = next(iter(uses["torch.cuda.synchronize"].sites))
     assert site.startswith(__file__)
+
+
+def test_the_allocator_history_recipe_answers_from_the_backend(patched, tmp_path):
+    """torch.cuda.memory's own functions (the memory-visualizer recipe) raise no raw torch._C AttributeError."""
+    import pickle
+
+    with pytest.raises(UnsupportedError, match=r"torch\.cuda\.memory\._record_memory_history is not supported .*"
+                                                r"torch\.cuda\.memory_stats\(\)"):
+        torch.cuda.memory._record_memory_history(max_entries=1000)
+    assert torch.cuda.memory._snapshot() == {"segments": [], "device_traces": [[]]}
+    assert torch.cuda.memory._snapshot(0, augment_with_fx_traces=True) == torch.cuda.memory._snapshot()
+    with pytest.raises(InvalidDeviceError):
+        torch.cuda.memory._snapshot("cuda:1")
+    path = tmp_path / "snapshot.pickle"
+    torch.cuda.memory._dump_snapshot(str(path))
+    assert pickle.loads(path.read_bytes()) == {"segments": [], "device_traces": [[]]}
+    assert "_snapshot" not in vars(torch.cuda)  # patched in torch.cuda.memory only
+
+
+def test_nccl_answers_from_the_collective_engine(patched):
+    with pytest.raises(UnsupportedError, match=r"torch\.cuda\.nccl\.version .*engine \(gloo\) reports no version; "
+                                                r"torchdevice\.dist_backend\(\)"):
+        torch.cuda.nccl.version()
+    tensors = [torch.ones(2, device="cuda")]
+    for call, instead in ((lambda: torch.cuda.nccl.all_reduce(tensors), "torch.distributed.all_reduce"),
+                          (lambda: torch.cuda.nccl.broadcast(tensors), "torch.cuda.comm.broadcast"),
+                          (lambda: torch.cuda.nccl.reduce(tensors), "torch.cuda.comm.reduce_add"),
+                          (lambda: torch.cuda.nccl.all_gather(tensors, tensors), "torch.distributed.all_gather"),
+                          (lambda: torch.cuda.nccl.reduce_scatter(tensors, tensors), "reduce_scatter_tensor"),
+                          (torch.cuda.nccl.unique_id, "init_process_group")):
+        with pytest.raises(UnsupportedError, match=instead):
+            call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own "not compiled with NCCL support"
+        assert torch.cuda.nccl.is_available(tensors) is False
+
+
+def test_tunable_is_off_and_its_settings_refused(patched):
+    assert torch.cuda.tunable.is_enabled() is False and torch.cuda.tunable.tuning_is_enabled() is False
+    with pytest.raises(UnsupportedError, match=r"torch\.cuda\.tunable\.enable .*is_enabled\(\) is False"):
+        torch.cuda.tunable.enable(True)
+    with pytest.raises(UnsupportedError, match="TunableOp"):
+        torch.cuda.tunable.set_max_tuning_iterations(10)
+
+
+def test_caching_allocator_disabled_is_an_empty_context_on_cpu(patched):
+    with torch.cuda.memory.caching_allocator_disabled():
+        assert torch.zeros(3, device="cuda").sum().item() == 0
+    with torch.cuda.caching_allocator_disabled():
+        pass
+
+
+def test_nccl_version_is_the_engines_where_it_has_one(on_cpu, restore_rng):
+    from helpers import make_backend
+
+    from torchdevice.backend import translated
+    from torchdevice.cpu import CPUCollectives
+
+    class VersionedCollectives(CPUCollectives):
+        dist_backend = "ccl"
+
+        @translated("the ccl library's version")
+        def engine_version(self):
+            return (2, 21, 5)
+
+    backend = make_backend("versioned", 1)
+    backend.collectives = lambda: VersionedCollectives("versioned")
+    on_cpu.register(backend)
+    torchdevice.use("versioned")
+    with torchdevice.patched():
+        assert torch.cuda.nccl.version() == (2, 21, 5)
+    assert namespaces.api_status(namespaces.View("versioned", "cpu", None, None, None, VersionedCollectives("v")),
+                                 "torch.cuda.nccl.version") == (Status.TRANSLATED, "the ccl library's version")
 
 
 def test_wrappers_carry_their_status(patched):

@@ -278,6 +278,37 @@ def test_use_mlx_reports_moving_mlx_memory(venv):
     assert during - before >= 32 << 20 and peak >= during and during - after >= 32 << 20
 
 
+_NUMPY_REQUIRERS = (
+    "import importlib.metadata as m, json\n"
+    "print(json.dumps({d.metadata['Name']: d.requires or [] for d in m.distributions()}))\n"
+)
+
+
+def test_numpy_comes_only_from_the_mlx_plugins_declaration(venv):
+    """The MLX bridge imports numpy: the venv has it because torchdevice-mlx declares it, and for no other reason
+    (no other installed distribution requires it, and the venv fixture does not install it)."""
+    from packaging.requirements import Requirement
+
+    proc = _run([venv / "python", "-c", _NUMPY_REQUIRERS], env=_clean_env(), cwd=venv)
+    requirers = sorted(name for name, requires in json.loads(proc.stdout).items()
+                       for r in map(Requirement, requires)
+                       if r.name == "numpy" and (r.marker is None or r.marker.evaluate({"extra": ""})))
+    assert requirers == ["torchdevice-mlx"], requirers
+    _run([venv / "python", "-c", "import numpy"], env=_clean_env(), cwd=venv)
+
+
+def test_a_program_runs_on_mlx_and_reads_a_value_back(venv, tmp_path):
+    program = tmp_path / "train.py"
+    program.write_text(
+        "import torch\n"
+        "x = torch.arange(6.0, device='cuda').reshape(2, 3)\n"
+        "y = (x @ x.T).sum()\n"
+        "print(type(x).__name__, y.item(), x.tolist()[1])\n"
+    )
+    proc = _run([venv / "torchdevice", "run", "--backend", "mlx", program], env=_clean_env(), cwd=tmp_path)
+    assert proc.stdout.split() == ["MLXTensor", "83.0", "[3.0,", "4.0,", "5.0]"], proc.stdout
+
+
 def test_all_extra_brings_every_plugin(venv, dist):
     _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--find-links", dist, "torchdevice[all]"],
          env=_clean_env(), cwd=venv)

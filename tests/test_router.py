@@ -166,6 +166,33 @@ def test_env_backend_unavailable_does_not_fall_back(router_state):
         torchdevice.current_backend()
 
 
+def test_a_misspelled_name_suggests_the_close_known_one(router_state):
+    router_state.register(make_backend("ghostchip", 1))
+    with pytest.raises(BackendNotFoundError, match=r"'ghostchp' \(from torchdevice.use\(\); did you mean 'ghostchip'\?\)"):
+        torchdevice.use("ghostchp")
+    router_state.setenv("TORCHDEVICE_BACKEND", "gostchip")
+    with pytest.raises(BackendNotFoundError, match=r"\(from TORCHDEVICE_BACKEND; did you mean 'ghostchip'\?\)"):
+        torchdevice.current_backend()
+    router_state.setenv("TORCHDEVICE_BACKEND", "nope")
+    with pytest.raises(BackendNotFoundError) as info:
+        torchdevice.current_backend()
+    assert "did you mean" not in str(info.value)
+
+
+def test_asking_for_a_source_family_as_backend_where_it_is_missing_suggests_source(router_state):
+    if torch.backends.mps.is_available():
+        pytest.skip("the mps backend runs here")
+    router_state.setenv("TORCHDEVICE_BACKEND", "mps")
+    with pytest.raises((BackendNotFoundError, BackendUnavailableError), match="torchdevice run --source mps"):
+        torchdevice.current_backend()
+    with pytest.raises((BackendNotFoundError, BackendUnavailableError), match="torchdevice run --source mps"):
+        torchdevice.use("mps")
+    router_state.register(make_backend("ghost", 1, available=False, reason="no ghost card"))
+    with pytest.raises(BackendUnavailableError) as info:
+        torchdevice.use("ghost")
+    assert "--source" not in str(info.value)
+
+
 # -- registration and caching ----------------------------------------------------------------
 
 

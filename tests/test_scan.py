@@ -236,6 +236,26 @@ def test_statuses_come_from_the_matrix_or_are_unknown():
             assert (use.status, use.note) == (answer[0].value, answer[1])
 
 
+def test_the_long_tail_of_cuda_submodule_functions_is_rated(tmp_path):
+    program = tmp_path / "tail.py"
+    program.write_text(
+        "import torch\n"
+        "torch.cuda.nccl.version()\n"
+        "torch.cuda.memory._record_memory_history(max_entries=100000)\n"
+        "torch.cuda.memory._snapshot()\n"
+        "torch.cuda.memory._dump_snapshot('snapshot.pickle')\n"
+        "torch.cuda.tunable.enable(True)\n"
+        "torch.cuda.caching_allocator_disabled()\n"
+    )
+    report = scan_paths([str(program)], "cpu")
+    statuses = {u.api: u.status for u in report.uses}
+    assert statuses == {
+        "torch.cuda.nccl.version": "unsupported", "torch.cuda.memory._record_memory_history": "unsupported",
+        "torch.cuda.memory._snapshot": "translated", "torch.cuda.memory._dump_snapshot": "translated",
+        "torch.cuda.tunable.enable": "unsupported", "torch.cuda.caching_allocator_disabled": "no-op",
+    }, statuses
+
+
 def test_parse_fail_on():
     assert parse_fail_on("unsupported") == {"unsupported"}
     assert parse_fail_on("emulated") == {"emulated", "unsupported"}

@@ -459,6 +459,11 @@ class CollectiveOps(Ops):
     maps backends to engines itself:
     :mod:`torchdevice.distributed` asks this object.
 
+    Optional: a tagged method ``engine_version(self) -> tuple`` (the engine's
+    version, ``(major, minor, patch)``) is what ``torch.cuda.nccl.version()``
+    answers while translating; without one that call raises
+    :class:`~torchdevice.UnsupportedError` (gloo reports no version).
+
     The operations are ``torch.cuda.comm``'s single-process, multi-device
     collectives, with the arguments of :mod:`torchdevice.comm` except that
     every device argument arrives resolved to a valid ``int`` index of this

@@ -98,7 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; with no arguments at all, list the commands (``--help``) instead of an argparse error."""
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     from .errors import TorchDeviceError
 
     try:

@@ -26,8 +26,10 @@ Where devices enter, and what is patched:
   mapped; with no ``map_location``, storages saved on a source device are
   restored on the target;
 * pinned memory on a ``cpu`` target: ``Tensor.pin_memory()`` returns the
-  tensor (host memory is already where the device reads it) and
-  ``DataLoader(pin_memory=True)`` does not pin.
+  tensor (host memory is already where the device reads it), and neither
+  ``DataLoader(pin_memory=True)`` nor a factory's ``pin_memory=True``
+  (``torch.empty(..., pin_memory=True)``, as safetensors stages a ``device="cuda"``
+  load) pins.
 
 Hot paths do one dict lookup (a cache from device argument to mapped device,
 rebuilt on every install) and, only when tracing is on, note the call site.
@@ -261,7 +263,10 @@ def _reduce_device(dev):
 # -- wrappers -------------------------------------------------------------------------------
 
 
-def _factory(fn, api):
+def _factory(fn, api, unpin: bool = False):
+    """A factory taking ``device=``; with ``unpin`` (a host target), ``pin_memory=True`` is a no-op as
+    ``Tensor.pin_memory()`` is: loaders staging host buffers for a CUDA copy (safetensors' ``load_file(device=
+    "cuda")``, ``torch.empty(..., device="cpu", pin_memory=True)``) would otherwise fail without an accelerator."""
     cache, cacheable = _cache, _CACHEABLE
 
     @functools.wraps(fn)
@@ -277,12 +282,18 @@ def _factory(fn, api):
                 kwargs["device"] = map_device(dev)
             if trace.active:
                 _note(dev, api)
+        if unpin and kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+            if trace.active:
+                trace.note(f"{api.partition('(')[0]}(pin_memory=True)", "no-op")
         return fn(*args, **kwargs)
 
     def traced(*args, **kwargs):
         dev = kwargs.get("device")
         if dev is not None:
             kwargs["device"] = map_device(dev)  # called at trace time: a constant (see _for_dynamo)
+        if unpin and kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
         return fn(*args, **kwargs)
 
     factory._torchdynamo_inline = traced  # type: ignore[attr-defined]
@@ -479,12 +490,13 @@ def install(patcher, target) -> None:
     # torch's device context (`with torch.device("meta")`, set_default_device) recognises the
     # real factories by identity in a set cached on first use: build it before they are wrapped.
     torch.utils._device._device_constructors()
+    host = target.device_type == "cpu"  # pinned memory is a no-op there
     for name in FACTORIES:
         fn = getattr(torch, name, None)
         if fn is not None:
-            patcher.set(torch, name, _factory(fn, f"torch.{name}(device=)"))
+            patcher.set(torch, name, _factory(fn, f"torch.{name}(device=)", host))
     for name in TENSOR_NEW:
-        patcher.set(torch.Tensor, name, _factory(getattr(torch.Tensor, name), f"Tensor.{name}(device=)"))
+        patcher.set(torch.Tensor, name, _factory(getattr(torch.Tensor, name), f"Tensor.{name}(device=)", host))
     tensor_to = patcher.set(torch.Tensor, "to", _positional_device(torch.Tensor.to, "Tensor.to"))
     module_to = patcher.set(torch.nn.Module, "to", _positional_device(torch.nn.Module.to, "Module.to"))
     patcher.set(torch.nn.Module, "to_empty", _module_to_empty(torch.nn.Module.to_empty))

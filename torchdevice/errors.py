@@ -8,15 +8,25 @@ class TorchDeviceError(RuntimeError):
     """Base class of torchdevice's own errors."""
 
 
-class BackendNotFoundError(TorchDeviceError, ValueError):
-    """A backend name that no installed plugin declares."""
+def did_you_mean(name: str, known: list[str]) -> str:
+    """``"did you mean 'cuda'?"`` for a misspelled ``name`` close to one of ``known``; else ``""``."""
+    import difflib  # only on this error path
 
-    def __init__(self, name: str, known: list[str], available: list[str], source: str = ""):
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
+class BackendNotFoundError(TorchDeviceError, ValueError):
+    """A backend name that no installed plugin declares; the message suggests a close known name (and ``hint``,
+    the router's, what to do instead)."""
+
+    def __init__(self, name: str, known: list[str], available: list[str], source: str = "", hint: str = ""):
         self.name, self.known, self.available = name, known, available
-        where = f" (from {source})" if source else ""
+        where = "; ".join(filter(None, (f"from {source}" if source else "", did_you_mean(name, known))))
+        where = f" ({where})" if where else ""
         super().__init__(
-            f"unknown torchdevice backend {name!r}{where}; known backends: "
-            f"{', '.join(known) or 'none'}; available here: {', '.join(available) or 'none'}"
+            f"unknown torchdevice backend {name!r}{where}{f'; {hint}' if hint else ''}; "
+            f"known backends: {', '.join(known) or 'none'}; available here: {', '.join(available) or 'none'}"
         )
 
 
@@ -29,13 +39,14 @@ class ConfigError(TorchDeviceError, ValueError):
 
 
 class BackendUnavailableError(TorchDeviceError):
-    """A backend that is installed but cannot run on this machine."""
+    """A backend that is installed but cannot run on this machine; ``hint`` (the router's) says what to do
+    instead, e.g. for a source family's name (``mps``) how to run a program written for it here."""
 
-    def __init__(self, name: str, reason: str, available: list[str], source: str = ""):
+    def __init__(self, name: str, reason: str, available: list[str], source: str = "", hint: str = ""):
         self.name, self.reason, self.available = name, reason, available
         where = f" (from {source})" if source else ""
         super().__init__(
-            f"torchdevice backend {name!r}{where} is not available: {reason}; "
+            f"torchdevice backend {name!r}{where} is not available: {reason}{f'; {hint}' if hint else ''}; "
             f"available here: {', '.join(available) or 'none'}"
         )
 

@@ -304,9 +304,40 @@ def register(plugin, name: str | None = None, info: PluginInfo | None = None, no
         pm.unregister(plugin)
         raise
     plugin_info[name] = info or PluginInfo(name, None, None)
+    _check_marked(plugin, name)
     if notify:
         _changed()
     return name
+
+
+#: the hooks of :mod:`torchdevice.hookspecs`, by name
+HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("torchdevice_")))
+
+
+def unmarked_hooks(plugin) -> list[str]:
+    """Hook names that ``plugin`` defines as plain callables, without ``@hookimpl``: pluggy never calls them
+    (a ``Backend`` subclass overriding ``torchdevice_backends`` undecorated loses that hook)."""
+    implemented = {caller.name for caller in pm.get_hookcallers(plugin) or ()}
+    found = []
+    for hook in HOOK_NAMES:
+        try:
+            if hook not in implemented and callable(getattr(plugin, hook, None)):
+                found.append(hook)
+        except Exception:  # an odd plugin object's __getattr__: not ours to report
+            continue
+    return found
+
+
+def _check_marked(plugin, name: str) -> None:
+    """Report a registered plugin that implements no hook, or defines hook-named functions without ``@hookimpl``
+    (it registers fine, then silently declares nothing)."""
+    unmarked = unmarked_hooks(plugin)
+    lack = f": {', '.join(unmarked)} {'lacks' if len(unmarked) == 1 else 'lack'} the marker" if unmarked else ""
+    if not pm.get_hookcallers(plugin):
+        report(Problem(name, "register", f"implements no torchdevice hook (did you forget @hookimpl?){lack}"))
+    elif unmarked:
+        report(Problem(name, "register", f"defines {', '.join(unmarked)} without @hookimpl, "
+                                         "so torchdevice never calls it (did you forget @hookimpl?)"))
 
 
 def unregister(name: str) -> None:

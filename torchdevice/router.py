@@ -28,6 +28,7 @@ from .backend import (
     StreamOps,
 )
 from .errors import BackendNotFoundError, BackendUnavailableError, ConfigError, TorchDeviceError
+from .vocabulary import SOURCE_FAMILIES
 
 ENV_BACKEND = "TORCHDEVICE_BACKEND"
 ENV_PRIORITY = "TORCHDEVICE_PRIORITY"
@@ -289,6 +290,16 @@ def _usable(records: dict[str, BackendRecord]) -> list[str]:
     return [r.name for r in records.values() if r.available and r.device_type is not None]
 
 
+def source_hint(name: str, source: str) -> str:
+    """For a backend asked for by name (``source``: where the name came from) that is a source family, how to
+    run a program *written for* that family instead (``TORCHDEVICE_BACKEND=mps`` on Linux); else ``""``."""
+    if not source or name not in SOURCE_FAMILIES:
+        return ""
+    return (f"a program written for {name} runs on the backend here with `torchdevice run --source {name}` "
+            f"(or TORCHDEVICE_SOURCE={name}, torchdevice.patch(source={name!r})), the backend left to automatic "
+            "selection")
+
+
 def check(name: str, source: str = "") -> BackendRecord:
     """Return the record of an available backend ``name``, or raise a clear error."""
     records = _named_records(name)
@@ -296,16 +307,17 @@ def check(name: str, source: str = "") -> BackendRecord:
     if record is None or record.device_type is None or not record.available:
         records = discover()  # an error lists every backend, so load them all
         record = records.get(name)
+    hint = source_hint(name, source)
     if record is None or record.device_type is None:
         known = [r.name for r in records.values() if r.device_type is not None]
         if record is not None:  # a broken plugin of that name
-            raise BackendUnavailableError(name, record.reason, _usable(records), source)
+            raise BackendUnavailableError(name, record.reason, _usable(records), source, hint)
         if name in plugins.blocked():
             raise BackendUnavailableError(
-                name, "its plugin is disabled by TORCHDEVICE_DISABLE_PLUGINS", _usable(records), source)
-        raise BackendNotFoundError(name, sorted(known), _usable(records), source)
+                name, "its plugin is disabled by TORCHDEVICE_DISABLE_PLUGINS", _usable(records), source, hint)
+        raise BackendNotFoundError(name, sorted(known), _usable(records), source, hint)
     if not record.available:
-        raise BackendUnavailableError(name, record.reason, _usable(records), source)
+        raise BackendUnavailableError(name, record.reason, _usable(records), source, hint)
     return record
 
 
@@ -389,7 +401,8 @@ def _activate() -> ActiveBackend:
                 _unresolvable[name] = exc.reason
                 _mark_unresolvable(_named_records(name))
                 if source != "priority":  # the error lists every backend, so load them all (as check() does)
-                    raise BackendUnavailableError(name, exc.reason, _usable(discover()), source) from None
+                    raise BackendUnavailableError(name, exc.reason, _usable(discover()), source,
+                                                  source_hint(name, source)) from None
                 failures.append(str(exc))
                 continue
             for record in _named_records(name).values():

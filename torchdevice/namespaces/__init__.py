@@ -15,6 +15,8 @@ Where to look
                         pools (unsupported), sync debug mode, check_error
     ``rng.py``          seeds, get/set_rng_state(_all), default_generators
     ``nvtx.py``         torch.cuda.nvtx ranges and marks
+    ``nccl.py``         torch.cuda.nccl: version from the backend's collective engine, the rest unsupported
+    ``tunable.py``      torch.cuda.tunable (TunableOp): queries False, settings unsupported
     ==================  ===========================================================================
 
     A row is ``@fronts("name", rule)`` above ``def build_name(fx: Facade, ns: str, name: str)``, or a
@@ -36,7 +38,9 @@ gives every attribute back (identity). Submodules that re-export the same
 functions are patched alike: ``torch.cuda.memory``, ``torch.cuda.random``,
 ``torch.cuda.streams``, ``torch.cuda.graphs``, ``torch.cuda.nvtx``,
 ``torch.cuda.comm`` (to :mod:`torchdevice.comm` where it implements the
-function), ``torch.xpu.memory``/``random``/``streams``, ``torch.mtia.memory``
+function), the functions of ``torch.cuda.memory``, ``torch.cuda.nccl`` and
+``torch.cuda.tunable`` that ``torch.cuda`` does not re-export (rows
+``"memory._snapshot"`` ...), ``torch.xpu.memory``/``random``/``streams``, ``torch.mtia.memory``
 and ``torch.mps.event``. ``torch.cuda.amp`` is left to :mod:`torchdevice.amp`.
 
 Every function gets one defined behaviour (a :class:`~torchdevice.backend.Status`):
@@ -84,7 +88,9 @@ real answer by defining a tagged method of the same name on its Ops subclass
 ``list_gpu_processes`` (``op(index)``), ``host_memory_stats``,
 ``reset_accumulated_host_memory_stats``, ``reset_peak_host_memory_stats``,
 ``memory_snapshot``, ``get_allocator_backend`` (``op()``) on its MemoryOps,
-``can_device_access_peer`` (``op(index, peer_index)``) on its StreamOps.
+``can_device_access_peer`` (``op(index, peer_index)``) on its StreamOps,
+``engine_version`` (``op()``: the collective engine's version as a tuple, what
+``torch.cuda.nccl.version()`` answers) on its CollectiveOps.
 Without one they keep the behaviour declared here (mostly unsupported).
 
 Also fronted while translating: ``torch.get_device_module("cuda")`` returns
@@ -103,7 +109,7 @@ from __future__ import annotations
 # The family modules declare their functions into the table when imported, in this order (the
 # table's order); then the optional operations get their rules (table._wrap_optional_ops), once.
 # isort: off
-from . import devices, memory, streams, rng, nvtx
+from . import devices, memory, streams, rng, nvtx, nccl, tunable
 # isort: on
 from .install import install, installed, uninstall
 from .rng import _DeviceGenerators

@@ -102,6 +102,10 @@ def install(patcher, target) -> None:
 
             objects["classproperty"] = classproperty
         for name, obj in objects.items():
+            sub, dot, leaf = name.partition(".")
+            if dot:  # a submodule's own function ("memory._snapshot"): patched there only
+                patcher.set(getattr(module, sub), leaf, obj)
+                continue
             if name in boundary.MACHINE_QUERIES and callable(obj):
                 obj = objects[name] = boundary.split(obj, patcher.get(module, name))
             patcher.set(module, name, obj)

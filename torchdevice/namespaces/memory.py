@@ -170,6 +170,22 @@ def build_caching_allocator_enable(fx: Facade, ns: str, name: str) -> Callable[.
     return caching_allocator_enable
 
 
+@fronts("caching_allocator_disabled", when_op(
+    "memory", "empty_cache", NOOP,
+    (NOOP, "a context that changes nothing: the {backend} backend's allocator keeps no cache (its empty_cache is a "
+           "no-op)"),
+    "the {backend} backend's caching allocator cannot be switched off from Python",
+))
+def build_caching_allocator_disabled(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    import contextlib
+
+    @contextlib.contextmanager
+    def caching_allocator_disabled():
+        yield
+
+    return caching_allocator_disabled
+
+
 declare_unsupported("caching_allocator_alloc",
                     "allocate through a tensor: torch.empty(size, dtype=torch.uint8, device=...)")
 declare_unsupported("caching_allocator_delete", "free the memory by dropping the tensor that owns it")
@@ -215,9 +231,11 @@ declare_unsupported("record_memory_history",
                     "allocator history is a feature of the {ns} allocator; use torch.{ns}.memory_stats()")
 
 
-@fronts("snapshot", declared(TRANSLATED, "the {backend} backend exposes no allocator segments and records no "
-                                         "history: {{'segments': [], 'device_traces': [[] per device]}}, the empty "
-                                         "snapshot"))
+_EMPTY_SNAPSHOT = ("the {backend} backend exposes no allocator segments and records no history: "
+                   "{{'segments': [], 'device_traces': [[] per device]}}, the empty snapshot")
+
+
+@fronts("snapshot", declared(TRANSLATED, _EMPTY_SNAPSHOT))
 def build_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     count = fx.count
 
@@ -225,6 +243,42 @@ def build_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
         return {"segments": [], "device_traces": [[] for _ in range(count)]}
 
     return snapshot
+
+
+# The allocator-history functions torch.cuda.memory (and torch.xpu.memory) define without re-exporting them
+# (the memory-visualizer recipe: _record_memory_history, run, _dump_snapshot): rows "memory.<name>", patched
+# in the submodule only. torch's own reach for torch._C's CUDA allocator and raise AttributeError on other builds.
+declare_unsupported(("memory._record_memory_history", "memory._record_memory_history_impl",
+                     "memory._record_memory_history_legacy", "memory._set_memory_metadata",
+                     "memory._get_memory_metadata"),
+                    "allocator history is a feature of the {ns} caching allocator; use torch.{ns}.memory_stats() "
+                    "(or torchdevice.memory_stats()) for the allocator's figures")
+declare_unsupported("memory._get_current_allocator", "the {backend} backend's allocator is not a {ns} allocator object; "
+                                                     "torch.{ns}.memory_stats() gives its figures")
+
+
+@fronts("memory._snapshot", declared(TRANSLATED, _EMPTY_SNAPSHOT))
+def build_private_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    count, index = fx.count, fx.index
+
+    def _snapshot(device=None, augment_with_fx_traces=False) -> dict:
+        index(device)  # an invalid device raises, as CUDA's
+        return {"segments": [], "device_traces": [[] for _ in range(count)]}
+
+    return _snapshot
+
+
+@fronts("memory._dump_snapshot", declared(TRANSLATED, "pickles _snapshot() to the file, as torch: " + _EMPTY_SNAPSHOT))
+def build_dump_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    count = fx.count
+
+    def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False) -> None:
+        import pickle
+
+        with open(filename, "wb") as f:
+            pickle.dump({"segments": [], "device_traces": [[] for _ in range(count)]}, f)
+
+    return _dump_snapshot
 
 
 @fronts("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))

@@ -38,8 +38,19 @@ def _original_names() -> dict[str, set[str]]:
     for ns in NAMESPACES:
         module = getattr(torch, ns)
         found = set(getattr(module, "__all__", ())) | {n for n in vars(module) if not n.startswith("_")}
-        names[ns] = found | NAMES.get(f"torch.{ns}", frozenset())
+        names[ns] = found | NAMES.get(f"torch.{ns}", frozenset()) | _submodule_names(module)
     return names
+
+
+def _submodule_names(module) -> set[str]:
+    """The ``"<submodule>.<name>"`` rows (``"memory._snapshot"``) whose function ``module``'s submodule has."""
+    found = set()
+    for row in SPECS:
+        sub, dot, name = row.partition(".")
+        submodule = vars(module).get(sub) if dot else None
+        if submodule is not None and name in getattr(submodule, "__dict__", {}):
+            found.add(row)
+    return found
 
 
 _ORIGINAL_NAMES = _original_names()  # read at import: this module is imported before patching
@@ -83,6 +94,8 @@ def api_status(view: View, api: str) -> tuple[Status, str] | None:
         return status(view, ns, "nvtx." + rest[1])
     if len(rest) == 2 and rest[0] == "comm":
         return comm_status(view, rest[1]) if ns == "cuda" and rest[1] in COMM_FUNCTIONS else None
+    if ".".join(rest) in _ORIGINAL_NAMES[ns] and ".".join(rest) in SPECS:  # a submodule's own function
+        return status(view, ns, ".".join(rest))
     if len(rest) == 2 and rest[0] in SUBMODULES[ns]:
         rest = rest[1:]
     if len(rest) != 1:

@@ -9,6 +9,9 @@ The family modules fill it when imported, one row per name, with three helpers:
   to use instead;
 * ``declare_native("name", note)``: torch's own object, left in place.
 
+A name ``"<submodule>.<name>"`` (``"memory._snapshot"``, ``"nccl.version"``) is a function of that submodule of
+``torch.<ns>`` that the namespace does not re-export: it is patched in the submodule only, where it exists.
+
 Every row records where it was declared (:attr:`Spec.declared_at`); :func:`where` answers with it.
 Also here: :data:`OPTIONAL_OPS` (operations a plugin may add to its Ops to give a function a real
 answer) and :class:`Facade`, what a builder closes over.
@@ -110,9 +113,10 @@ def declare_native(names: Names, note: str) -> None:
 
 def where(api: str) -> str:
     """Where ``torch.<ns>.<name>`` is declared, and by which builder: ``where("torch.cuda.memory_allocated")``
-    (also ``"memory_allocated"``, ``"torch.cuda.nvtx.range_push"``); KeyError for a name with no row."""
+    (also ``"memory_allocated"``, ``"torch.cuda.nvtx.range_push"``, ``"torch.cuda.nccl.version"``); KeyError for
+    a name with no row."""
     parts = api.split(".")
-    name = parts[-1]
+    name = ".".join(parts[-2:]) if ".".join(parts[-2:]) in SPECS else parts[-1]  # a submodule's own row
     table = NVTX_SPECS if "nvtx" in parts[:-1] else SPECS
     spec = table.get(name)
     if spec is None:
@@ -177,6 +181,7 @@ class Facade:
         self.target = target
         self.backend = active.name
         self.memory, self.streams, self.rng = active.memory, active.streams, active.rng
+        self.collectives = active.collectives
         self.count = count = active.device_count
         #: whether the target claims devices at all (before the source-family rule)
         self.available = bool(target.report_available or target.indexed) and count > 0
