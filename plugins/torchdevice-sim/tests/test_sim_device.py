@@ -211,9 +211,14 @@ def test_wait_stream_and_wait_event_order_two_queues(synced):
     synced.current_stream().wait_stream(side)
     z = y + 1  # queued on the default stream, after side's work
     assert torch.equal(z.cpu(), torch.full((100,), 4.0))
+    with synced.stream(side):
+        synced._sleep(int(clock * 150))
+        w = x * 5
     event = side.record_event()
     synced.current_stream().wait_event(event)
-    assert event.query()
+    v = w + 1  # queued on the default stream behind the event
+    assert not event.query()
+    assert torch.equal(v.cpu(), torch.full((100,), 6.0)) and event.query()
 
 
 def test_non_blocking_copy_to_pinned_memory_is_asynchronous(synced):
