@@ -82,6 +82,8 @@ class SimProcessGroup(_Base):  # type: ignore[misc,valid-type]
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
         self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        for device in DEVICES:  # what torch asks of a group bound to a device (init_process_group(device_id=...))
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self.gloo)
 
     def getBackendName(self) -> str:  # noqa: N802 - the C++ virtual's name
         return NAME
