@@ -164,6 +164,13 @@ def _wrapper_codegen() -> type:
                 return PythonWrapperCodegen.create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures)
             return SimWrapperCodegen()
 
+        def make_allocation(self, name: str, device: torch.device, *args: Any, **kwargs: Any) -> str:
+            line = super().make_allocation(name, device, *args, **kwargs)
+            if device.type == runtime.DEVICE_TYPE and device.index is not None:
+                # inductor names only the device type and relies on a device guard, which it writes for GPUs only
+                line = line.replace(f"device='{device.type}'", f"device='{device}'", 1)
+            return line
+
         def _generate_kernel_call_helper(self, kernel_name: str, call_args: Any, *, device: Any = None, **kwargs: Any) -> None:
             device = device or V.graph.get_current_device_or_throw()
             if device.type == runtime.DEVICE_TYPE:
