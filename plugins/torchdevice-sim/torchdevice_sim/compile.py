@@ -36,7 +36,27 @@ def register() -> None:
     register_backend_for_device(runtime.DEVICE_TYPE, CppScheduling, _wrapper_codegen())
     register_device_op_overrides(runtime.DEVICE_TYPE, _device_ops())
     _fake_mode_keeps_constants_on_host()
+    _scheduler_treats_sim_as_cpu()
     _registered = True
+
+
+def _scheduler_treats_sim_as_cpu() -> None:
+    """Inductor's scheduler keeps some fusion passes (loop reordering and reindexing) off CPU nodes, whose
+    C++ scheduling groups loops differently from the GPU's; sim nodes use that C++ scheduling, so they are
+    CPU nodes to the scheduler (without it, compiling a softmax/cross-entropy fails in
+    ``_try_reindex_pointwise_for_reduction``)."""
+    from torch._inductor.scheduler import BaseSchedulerNode
+
+    original = BaseSchedulerNode.is_cpu
+    if getattr(original, "_sim", False):
+        return
+
+    def is_cpu(self: Any) -> bool:
+        device = self.get_device()
+        return original(self) or (device is not None and device.type == runtime.DEVICE_TYPE)
+
+    is_cpu._sim = True  # type: ignore[attr-defined]
+    BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]
 
 
 def _fake_mode_keeps_constants_on_host() -> None:
