@@ -49,16 +49,19 @@ def test_compiled_model_matches_eager(sim, index):
 
 
 def test_generated_kernels_run_after_queued_work(sim):
-    """A kernel reads sim memory directly: it must see work still queued on the stream when the graph is called."""
+    """A kernel reads sim memory directly: it must see work still queued on the stream when the graph is called
+    (without the wrapper's synchronize it reads the zeros: 1.0 instead of 3.0)."""
     from torch._inductor.utils import run_and_get_code
 
+    fn = torch.compile(lambda t: t * 2 + 1)
+    _, (code,) = run_and_get_code(fn, torch.zeros(4096, device="sim:0"))  # compiled now, not while work is queued
+    assert "cpp_fused" in code and "torch.sim.synchronize(0)" in code
     x = torch.zeros(4096, device="sim:0")
     sim._sleep(int(0.2 * sim.get_device_properties(0).clock_rate * 1000))  # 0.2 s of queued work ahead of the add
     x.add_(1)
-    result, (code,) = run_and_get_code(torch.compile(lambda t: t * 2 + 1), x)
-    assert "cpp_fused" in code and "torch.sim.synchronize(0)" in code
-    assert torch.equal(result.cpu(), torch.full((4096,), 3.0))
+    result = fn(x)
     assert result.device == torch.device("sim:0")
+    assert torch.equal(result.cpu(), torch.full((4096,), 3.0))
 
 
 def test_translated_cuda_compile_program_matches_cpu(runner):
