@@ -23,7 +23,6 @@ from datetime import timedelta
 from typing import Any
 
 import torch
-
 import torch.distributed as dist
 
 from . import runtime
