@@ -1,18 +1,35 @@
-"""Fixtures of the sim tests: sim loaded once for the session; translation onto it in a sandbox."""
+"""Fixtures of the sim tests: sim loaded once for the session (skipped where it cannot be built);
+translation onto it in a sandbox; programs in fresh processes."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import torchdevice
-import torchdevice_sim
 from torchdevice import router
 from torchdevice.testing import router_sandbox
+
+PROGRAMS = Path(__file__).with_name("programs")
+REPO = Path(__file__).resolve().parents[3]
+TIMEOUT = 240
 
 
 @pytest.fixture(scope="session")
 def sim():
-    """``torch.sim``, loaded (the extension is built on first use, then cached)."""
+    """``torch.sim``, loaded (the extension is built on first use, then cached); the test is skipped
+    where sim is unavailable."""
+    from torchdevice_sim.backend import SimBackend
+
+    availability = SimBackend().availability()
+    if not availability.available:
+        pytest.skip(f"sim is unavailable here: {availability.reason}")
+    import torchdevice_sim
+
     return torchdevice_sim.load()
 
 
@@ -32,4 +49,39 @@ def on_sim(synced):
     """Translation onto sim: ``torchdevice.use("sim")`` and ``patched()``, undone afterwards."""
     with router_sandbox(), torchdevice.use("sim"), torchdevice.patched():
         yield router.active()
-    assert torch.cuda.is_available is not None
+    assert torch.device("cuda").type == "cuda"  # translation is off again
+
+
+class Runner:
+    """Programs in fresh processes (a test's translation must not leak into the next test): the ``runner`` fixture."""
+
+    programs = PROGRAMS
+    repo = REPO
+
+    @staticmethod
+    def run(args: list[str], backend: str | None = None) -> subprocess.CompletedProcess:
+        return run(args, backend)
+
+    @staticmethod
+    def torchrun(args: list[str], backend: str | None = None) -> subprocess.CompletedProcess:
+        return torchrun(args, backend)
+
+
+@pytest.fixture
+def runner(sim) -> Runner:
+    return Runner()
+
+
+def run(args: list[str], backend: str | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``python args...`` in a fresh process (TORCHDEVICE_BACKEND=backend when given); fails the test on error."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_BACKEND")}
+    if backend is not None:
+        env["TORCHDEVICE_BACKEND"] = backend
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return done
+
+
+def torchrun(args: list[str], backend: str | None = None) -> subprocess.CompletedProcess:
+    """Two ranks on this machine, as ``torchrun --standalone --nproc-per-node 2 args...``."""
+    return run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args], backend)

@@ -72,6 +72,9 @@ def load() -> ModuleType:
         from . import distributed
 
         distributed.register()
+        from . import compile as compile_support
+
+        compile_support.register()
         _loaded = runtime
         return runtime
 

@@ -133,6 +133,7 @@ class Fallback:
                 raise  # a real error (shapes, dtypes): the program gets it now, as from a CUDA launch
             return self.run_on_host(op, device, args, kwargs)
         schema = op._schema
+        outgrown = _outgrown(op, args, kwargs)
         returns = [meta_out] if len(schema.returns) == 1 else list(meta_out or ())
         results: list[Any] = []
         fresh: list[Tensor | None] = []
@@ -147,7 +148,7 @@ class Fallback:
             if alias.is_write:
                 self.resize_like(source, value)
                 results.append(source)
-                fresh.extend([None] * len(_leaves(value, [])))
+                fresh.extend([source] if any(source is t for t in outgrown.values()) else [None] * len(_leaves(value, [])))
             else:  # a view: same memory, new metadata
                 results.append(_map(lambda m, s=source: torch.ops.aten.as_strided(s, m.size(), m.stride(), m.storage_offset()),
                                     value))
@@ -156,6 +157,7 @@ class Fallback:
         if writes:
             outputs = [None if t is None else self.C.host_view(t) for t in fresh] if any(t is not None for t in fresh) else []
             h_args, h_kwargs = _numbers_as_tensors(op, _map(self.host, args), {k: _map(self.host, v) for k, v in kwargs.items()})
+            h_kwargs.update({k: torch.empty(0, dtype=t.dtype, device="cpu") for k, t in outgrown.items()})
             self.C.launch(device, schema.name, schema.overload_name, tuple(h_args), h_kwargs, outputs)
         if not schema.returns:
             return None
@@ -357,6 +359,16 @@ def _numbers_as_tensors(op: torch._ops.OpOverload, args: list, kwargs: dict) -> 
         elif isinstance(kwargs.get(argument.name), (bool, int, float, complex)):
             kwargs[argument.name] = torch.tensor(kwargs[argument.name])
     return tuple(args), kwargs
+
+
+def _outgrown(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict[str, Tensor]:
+    """The out= tensors smaller than an input (reductions): CPU kernels may resize those while they work
+    (mse_loss.out grows its 0-dim out to the elementwise shape, then reduces), and host views cannot grow.
+    They get a scratch CPU out whose result is copied into device memory: a copy smaller than an input."""
+    largest = max((t.numel() for t in _leaves((args, list(kwargs.values())), []) if t is not None), default=0)
+    outs = {a.name for a in op._schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
+    return {name: value for name, value in kwargs.items()
+            if name in outs and isinstance(value, Tensor) and value.numel() < largest}
 
 
 def _dense(t: Tensor) -> bool:

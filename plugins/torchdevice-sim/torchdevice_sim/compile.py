@@ -1,0 +1,202 @@
+"""torch.compile on sim: dynamo's device interface and inductor's CPU C++ codegen, registered for ``sim``.
+
+Dynamo needs a device interface for every device type a graph touches (streams, events, device
+guards, properties), and inductor a codegen backend (a scheduling that writes kernels and a wrapper
+that calls them). sim has no compiler of its own, but its memory is host memory, so inductor's CPU
+C++ kernels can read and write sim tensors through their data pointers. The generated kernels run
+on the calling thread, outside sim's stream queues; the wrapper therefore synchronizes the sim
+device before each generated kernel, so the kernel sees everything queued before it (the graph's
+inputs, the ``mm``/``addmm`` extern kernels, which run through sim's queued fallback). Work queued
+after a kernel runs after it anyway. Python wrapper only: ``cpp_wrapper=True`` is not supported.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import runtime
+
+_registered = False
+
+
+def register() -> None:
+    """Register sim with dynamo and inductor (once)."""
+    global _registered
+    if _registered:
+        return
+    from torch._dynamo.device_interface import register_interface_for_device
+    from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    interface = _interface()
+    register_interface_for_device(runtime.DEVICE_TYPE, interface)
+    for index in range(runtime.device_count()):
+        register_interface_for_device(f"{runtime.DEVICE_TYPE}:{index}", interface)
+    register_backend_for_device(runtime.DEVICE_TYPE, CppScheduling, _wrapper_codegen())
+    register_device_op_overrides(runtime.DEVICE_TYPE, _device_ops())
+    _fake_mode_keeps_constants_on_host()
+    _scheduler_treats_sim_as_cpu()
+    _registered = True
+
+
+def _scheduler_treats_sim_as_cpu() -> None:
+    """Inductor's scheduler keeps some fusion passes (loop reordering and reindexing) off CPU nodes, whose
+    C++ scheduling groups loops differently from the GPU's; sim nodes use that C++ scheduling, so they are
+    CPU nodes to the scheduler (without it, compiling a softmax/cross-entropy fails in
+    ``_try_reindex_pointwise_for_reduction``)."""
+    from torch._inductor.scheduler import BaseSchedulerNode
+
+    original = BaseSchedulerNode.is_cpu
+    if getattr(original, "_sim", False):
+        return
+
+    def is_cpu(self: Any) -> bool:
+        device = self.get_device()
+        return original(self) or (device is not None and device.type == runtime.DEVICE_TYPE)
+
+    is_cpu._sim = True  # type: ignore[attr-defined]
+    BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]
+
+
+def _fake_mode_keeps_constants_on_host() -> None:
+    """Let FakeTensorMode make ``torch.tensor(..., device="sim")`` on the host and fake the move, as it does
+    for CUDA on a machine without one.
+
+    With a PrivateUse1 device available, FakeTensorMode really copies such constants to the device, with
+    Python dispatch excluded; torch then runs sim's Python fallback through the active mode's trampoline,
+    which knows only per-operator Python kernels and fails an internal assert ("func != nullptr"). Inductor
+    does exactly that while it builds its attention patterns. Keeping the constants on the host avoids the
+    device call; CUDA, HPU and any other PrivateUse1 backend keep torch's own answer.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    original = FakeTensorMode.avoid_device_init
+    if getattr(original, "_sim", False):
+        return
+
+    def avoid_device_init(self: Any) -> bool:
+        if torch._C._get_privateuse1_backend_name() == runtime.DEVICE_TYPE:
+            return not (torch.cuda.is_available() or (hasattr(torch, "hpu") and torch.hpu.is_available()))
+        return original.fget(self)
+
+    avoid_device_init._sim = True  # type: ignore[attr-defined]
+    FakeTensorMode.avoid_device_init = property(avoid_device_init)  # type: ignore[method-assign]
+
+
+def _interface() -> type:
+    """Dynamo's DeviceInterface for sim, answered by torch.sim."""
+    from torch._dynamo.device_interface import DeviceInterface
+
+    sim = runtime
+
+    class SimInterface(DeviceInterface):
+        device = sim.device  # type: ignore[assignment]
+        Event = sim.Event  # type: ignore[assignment]
+        Stream = sim.Stream  # type: ignore[assignment]
+
+        class Worker:
+            @staticmethod
+            def set_device(device: int) -> None:
+                sim.set_device(device)
+
+            @staticmethod
+            def current_device() -> int:
+                return sim.current_device()
+
+            @staticmethod
+            def get_device_properties(device: torch.types.Device = None) -> Any:
+                return sim.get_device_properties(device)
+
+        current_device = staticmethod(sim.current_device)
+        set_device = staticmethod(sim.set_device)
+        device_count = staticmethod(sim.device_count)
+        is_available = staticmethod(sim.is_available)
+        stream = staticmethod(sim.stream)
+        current_stream = staticmethod(sim.current_stream)
+        set_stream = staticmethod(sim.set_stream)
+        synchronize = staticmethod(sim.synchronize)
+        get_device_properties = staticmethod(sim.get_device_properties)  # type: ignore[assignment]
+        memory_allocated = staticmethod(sim.memory_allocated)
+
+        @staticmethod
+        def exchange_device(device: int) -> int:
+            previous = sim.current_device()
+            sim.set_device(device)
+            return previous
+
+        maybe_exchange_device = exchange_device
+
+        @staticmethod
+        def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+            sim.set_stream(sim.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type))
+
+        @staticmethod
+        def get_raw_stream(device_idx: int) -> int:
+            return sim.current_stream(device_idx).stream_id
+
+        @staticmethod
+        def get_compute_capability(device: torch.types.Device = None) -> Any:
+            props = sim.get_device_properties(device)
+            return props.major * 10 + props.minor
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return True
+
+    return SimInterface
+
+
+def _device_ops() -> Any:
+    """The Python lines inductor's wrapper writes for device guards and synchronization on sim."""
+    from torch._inductor.codegen.common import DeviceOpOverrides
+
+    module = f"torch.{runtime.DEVICE_TYPE}"
+
+    class SimDeviceOpOverrides(DeviceOpOverrides):
+        def import_get_raw_stream_as(self, name: str) -> str:
+            return f"def {name}(index): return {module}.current_stream(index).stream_id"
+
+        def set_device(self, device_idx: int) -> str:
+            return f"{module}.set_device({device_idx})"
+
+        def synchronize(self) -> str:
+            return f"{module}.synchronize()"
+
+        def device_guard(self, device_idx: int) -> str:
+            return f"{module}.device({device_idx})"
+
+        def current_stream(self) -> str:
+            return f"{module}.current_stream()"
+
+    return SimDeviceOpOverrides()
+
+
+def _wrapper_codegen() -> type:
+    """Inductor's Python wrapper, calling the CPU C++ kernels on sim tensors after synchronizing the device."""
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.virtualized import V
+
+    class SimWrapperCodegen(PythonWrapperCodegen):
+        @staticmethod
+        def create(is_subgraph: bool, subgraph_name: Any, parent_wrapper: Any, partition_signatures: Any = None) -> Any:
+            if is_subgraph:
+                return PythonWrapperCodegen.create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures)
+            return SimWrapperCodegen()
+
+        def make_allocation(self, name: str, device: torch.device, *args: Any, **kwargs: Any) -> str:
+            line = super().make_allocation(name, device, *args, **kwargs)
+            if device.type == runtime.DEVICE_TYPE and device.index is not None:
+                # inductor names only the device type and relies on a device guard, which it writes for GPUs only
+                line = line.replace(f"device='{device.type}'", f"device='{device}'", 1)
+            return line
+
+        def _generate_kernel_call_helper(self, kernel_name: str, call_args: Any, *, device: Any = None, **kwargs: Any) -> None:
+            device = device or V.graph.get_current_device_or_throw()
+            if device.type == runtime.DEVICE_TYPE:
+                # the kernel reads sim memory directly: wait for what the device's queues still hold
+                self.writeline(f"torch.{runtime.DEVICE_TYPE}.synchronize({'' if device.index is None else device.index})")
+                device = torch.device("cpu")
+            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
+
+    return SimWrapperCodegen
