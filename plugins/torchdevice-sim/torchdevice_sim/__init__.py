@@ -15,6 +15,8 @@ The C++ half is built with torch's cpp_extension tooling on first use and cached
 """
 from __future__ import annotations
 
+import atexit
+import sys
 import threading
 from types import ModuleType
 from typing import Any
@@ -75,8 +77,18 @@ def load() -> ModuleType:
         from . import compile as compile_support
 
         compile_support.register()
+        atexit.register(_drain, extension)
         _loaded = runtime
         return runtime
+
+
+def _drain(extension: Any) -> None:
+    """At exit, let queued work finish before the interpreter is torn down under the workers."""
+    for index in range(extension.device_count()):
+        try:
+            extension.synchronize(index)
+        except Exception as exc:  # an asynchronous failure nobody synchronized on: say so, then exit
+            print(f"torchdevice-sim: work queued on sim:{index} failed: {exc}", file=sys.stderr)
 
 
 def __getattr__(name: str) -> Any:

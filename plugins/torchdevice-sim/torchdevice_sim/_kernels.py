@@ -61,6 +61,7 @@ class Fallback:
     def __init__(self, C: Any, device_type: str):
         self.C = C
         self.device_type = device_type
+        self.plans: dict[tuple, Any] = {}
 
     # -- entry ----------------------------------------------------------------------------------
     def __call__(self, op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
@@ -127,7 +128,7 @@ class Fallback:
     # -- the asynchronous path -------------------------------------------------------------------
     def launch(self, op: torch._ops.OpOverload, device: int, args: tuple, kwargs: dict) -> Any:
         try:
-            meta_out = op(*_map(self.to_meta, args), **{k: _map(self.to_meta, v) for k, v in kwargs.items()})
+            meta_out = self.meta(op, args, kwargs)
         except (NotImplementedError, RuntimeError) as exc:
             if "meta" not in str(exc).lower() and not isinstance(exc, NotImplementedError):
                 raise  # a real error (shapes, dtypes): the program gets it now, as from a CUDA launch
@@ -162,6 +163,21 @@ class Fallback:
         if not schema.returns:
             return None
         return results[0] if len(schema.returns) == 1 else tuple(results)
+
+    def meta(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+        """The op's outputs on ``meta``: shapes, strides, dtypes. Cached per op and input metadata
+        (a training step repeats the same calls), since a meta kernel costs far more than the launch."""
+        key = _signature((op, args, kwargs))
+        if key is not None:
+            found = self.plans.get(key)
+            if found is not None:
+                return found
+        meta_out = op(*_map(self.to_meta, args), **{k: _map(self.to_meta, v) for k, v in kwargs.items()})
+        if key is not None:
+            if len(self.plans) >= _PLANS:
+                self.plans.clear()
+            self.plans[key] = meta_out
+        return meta_out
 
     def aliased_argument(self, op: torch._ops.OpOverload, alias: Any, args: tuple, kwargs: dict) -> Any:
         sets = alias.before_set
@@ -344,6 +360,26 @@ def _lent(device_generator: torch.Generator) -> Iterator[None]:
             yield
         finally:
             _Restore(device_generator, cpu, saved)()
+
+
+_PLANS = 8192  # meta results kept; the cache is emptied when full
+_PLAIN = (int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _signature(value: Any) -> Any:
+    """A hashable description of everything a meta kernel reads, or None where there is none:
+    tensors by device type, dtype, shape, strides and offset (never by value), the rest as is."""
+    if isinstance(value, Tensor):
+        return (value.device.type, value.dtype, tuple(value.shape), value.stride(), value.storage_offset())
+    if isinstance(value, _PLAIN) or isinstance(value, torch._ops.OpOverload):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = tuple(_signature(v) for v in value)
+        return None if any(i is None and v is not None for i, v in zip(items, value)) else (type(value).__name__, items)
+    if isinstance(value, dict):
+        items = tuple((k, _signature(v)) for k, v in value.items())
+        return None if any(i is None and value[k] is not None for k, i in items) else ("dict", items)
+    return None
 
 
 def _numbers_as_tensors(op: torch._ops.OpOverload, args: list, kwargs: dict) -> tuple[tuple, dict]:
