@@ -124,11 +124,21 @@ def _tag(fn, status: Status, note: str):
     return fn
 
 
+def _known_to_torch(device_type: str) -> str:
+    """``device_type``, or ``privateuseone`` for a PrivateUse1 backend's name before it loads and renames it."""
+    try:
+        torch.device(device_type)
+    except RuntimeError:
+        return "privateuseone"
+    return device_type
+
+
 def status_for(target) -> dict[str, tuple[Status, str]]:
     """How each AMP API is honoured when translating to ``target`` (no patching needed)."""
     tt = target.device_type
-    available = torch._C._is_autocast_available(tt)
-    default = _implicit_dtype() or (torch.get_autocast_dtype(tt) if available else None)
+    known = _known_to_torch(tt)
+    available = torch._C._is_autocast_available(known)
+    default = _implicit_dtype() or (torch.get_autocast_dtype(known) if available else None)
     if available:
         ac = (Status.TRANSLATED, f"runs torch.autocast({tt!r}); no dtype given -> {default}, an explicit dtype is kept")
     else:

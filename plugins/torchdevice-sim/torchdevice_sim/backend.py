@@ -26,16 +26,27 @@ class SimBackend(TorchNamespaceBackend):
     dist_backend = "simccl"
     privateuse1 = True  # torch knows the device type "sim" once load() has renamed PrivateUse1
 
-    def __init__(self, namespace_module: Any = None):  # the namespace is built on first use, not at discovery
-        self._namespace_module = namespace_module
-        self._view: NamespaceView | None = None
+    def __init__(self, namespace_module: Any = None):
+        # The namespace is torchdevice_sim.runtime, which imports without building anything: its
+        # functions reach the device once load() has run, which resolution does (device_count).
+        # So discovery and `torchdevice matrix` read sim's operations without loading it.
+        from . import runtime
+
+        self._view = NamespaceView(namespace_module if namespace_module is not None else runtime,
+                                   NAMESPACE_NAMES + tuple(self.extra_names), "torch.sim")
 
     @property
     def ns(self) -> NamespaceView:  # type: ignore[override]
-        if self._view is None:
-            module = self._namespace_module if self._namespace_module is not None else load()
-            self._view = NamespaceView(module, NAMESPACE_NAMES + tuple(self.extra_names), "torch.sim")
         return self._view
+
+    def device_count(self) -> int:
+        """Loads sim (claims PrivateUse1, builds or loads the extension), then its device count."""
+        load()
+        return super().device_count()
+
+    def compatibility_markdown(self) -> str:
+        """What ``torchdevice matrix`` adds about sim: which statuses it checks on a device type of its own."""
+        return COMPATIBILITY
 
     def availability(self) -> Availability:
         """Available where sim can be built and loaded; never automatic. Never raises."""
@@ -54,5 +65,28 @@ class SimBackend(TorchNamespaceBackend):
         return Availability(True, f"{settings.devices} simulated devices of {size:g} GiB each (asked for by name only)",
                             automatic=False)
 
+
+COMPATIBILITY = """## Checked on a device type of its own: sim
+
+`sim` (plugin `torchdevice-sim`) is a simulated GPU on torch's PrivateUse1 device, renamed `sim`: tensors
+of their own device type, memory the CPU kernels refuse, one allocator per device with a capacity and
+`torch.OutOfMemoryError`, asynchronous streams, events, one generator per device. Its statuses above are
+checked by running them (`tox -e sim`: the plugin's tests, CUDA programs translated onto it, DDP on 2 ranks,
+`torch.compile`).
+
+The cuda, xpu, mtia and mps plugins are built on the same base as sim
+(`torchdevice.torch_backend.TorchNamespaceBackend`), so these of their paths run on a real non-CPU device
+type through sim: the memory, streams, RNG and collectives families read from a `torch.<namespace>`
+module; its `Stream`/`Event` classes as `torch.cuda.Stream`/`Event`; the per-thread current device and
+device guards (`torch.<namespace>.device`); per-device default generators (`default_generators[i]`,
+seeding one device only); `torch.cuda.comm` over a device type that is not the CPU; device strings and
+indices mapped onto a device type with several devices. Running sim found one bug there: the
+`Stream`/`Event` rule read the class attribute, not the namespace's classes, so `torch.cuda.Event` was
+reported unsupported on every namespace backend.
+
+What sim cannot check are the vendors' own functions (`torch.xpu.memory_stats`, `torch.mtia.*`, MPS's
+single device ...): those statuses are checked against recorded stand-ins of the namespaces only
+(`torchdevice.testing.StandIn`), and on hardware only where docs/hardware.md records a run (one H100 run of
+the cuda plugin)."""
 
 plugin = SimBackend()
