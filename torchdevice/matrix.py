@@ -57,7 +57,7 @@ from .namespaces import View
 from .vocabulary import SOURCE_FAMILIES
 
 #: The project's own backends, in the order the matrix shows them (others follow, by name).
-PROJECT_BACKENDS = ("cpu", "mlx", "cuda", "mps", "xpu", "mtia")
+PROJECT_BACKENDS = ("cpu", "mlx", "cuda", "mps", "xpu", "mtia", "sim")
 SOURCE_TYPES = SOURCE_FAMILIES  # its old name here
 
 STATUS_ORDER = (Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, Status.UNSUPPORTED)
