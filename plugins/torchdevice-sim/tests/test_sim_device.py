@@ -156,6 +156,29 @@ def test_out_of_memory_is_catchable_at_the_capacity_and_leaks_nothing(synced):
     assert torch.ones(2, device="sim").sum().item() == 2  # the program goes on
 
 
+def test_memory_freed_while_queued_work_reads_it_is_not_reused_early(synced):
+    """Two streams alternating, temporaries freed as soon as their last kernel is queued: a block
+    must wait for every queue of its device. (A sweep that self-moved its pending list emptied the
+    waits and handed blocks out early: 24 of 30 runs were wrong.)"""
+    clock = synced.get_device_properties(0).clock_rate
+    torch.manual_seed(0)
+    weight, data = torch.randn(256, 256), torch.randn(8, 64, 256)
+    expected = [torch.tanh(chunk @ weight).sum(0) for chunk in data.unbind(0)]
+    on_device = weight.to("sim")
+    for _ in range(10):
+        streams = [synced.Stream(), synced.Stream()]
+        results = []
+        for i, chunk in enumerate(data.to("sim").unbind(0)):
+            stream = streams[i % 2]
+            stream.wait_stream(synced.current_stream())
+            with synced.stream(stream):
+                if i == 0:
+                    synced._sleep(int(clock * 30))  # hold one queue back so that frees pend
+                results.append(torch.tanh(chunk @ on_device).sum(dim=0))
+        synced.synchronize()
+        assert all(torch.equal(r.cpu(), e) for r, e in zip(results, expected))
+
+
 def test_memory_fraction_caps_allocations(synced):
     synced.set_per_process_memory_fraction(0.001, 1)  # about 8 MiB of 8 GiB
     try:

@@ -171,3 +171,33 @@ def test_train_cuda_in_full_precision_gives_the_cpu_backends_numbers(tmp_path):
                                 tmp_path / f"{backend}.json")
     for key in ("losses", "eval_loss", "accuracy", "restored_eval_loss", "param_sum", "grad_scale"):
         assert results["sim"][key] == results["cpu"][key], key
+
+
+def _without_device_draws(source: str, edits: list[tuple[str, str]]) -> str:
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
+
+
+@pytest.mark.parametrize("name, edits", [
+    ("inference_cuda.py", [  # the batch-norm statistics drawn on the host instead of the device
+        ("bn.running_mean.uniform_(-0.1, 0.1)", "bn.running_mean.copy_(torch.empty(bn.running_mean.shape).uniform_(-0.1, 0.1))"),
+        ("bn.running_var.uniform_(0.5, 1.5)", "bn.running_var.copy_(torch.empty(bn.running_var.shape).uniform_(0.5, 1.5))"),
+    ]),
+    ("streams_cuda.py", [
+        ('torch.randn(n, n, device="cuda")', "torch.randn(n, n).cuda()"),
+        ('torch.randn(args.chunks, 64, n, device="cuda")', "torch.randn(args.chunks, 64, n).cuda()"),
+    ]),
+])
+def test_examples_give_the_cpu_backends_numbers_on_sim(tmp_path, name, edits):
+    """The examples translated onto sim and onto the CPU backend, with their device draws made on the
+    host (sim's generator is its own, as a GPU's): every number equal, float16 autocast included."""
+    program = tmp_path / name
+    program.write_text(_without_device_draws((EXAMPLES / name).read_text(), edits))
+    results = {backend: _run([sys.executable, "-m", "torchdevice", "run", "--backend", backend, str(program)],
+                             tmp_path / f"{backend}.json") for backend in ("sim", "cpu")}
+    skip = {"elapsed_ms", "middle_ms", "images_per_s", "device_name", "device_total_memory", "peak_memory_bytes"}
+    for key, value in results["cpu"].items():
+        if key not in skip:
+            assert results["sim"][key] == value, key

@@ -75,6 +75,8 @@ class Fallback:
                 return self.C.host_view(args[0]).item()
             if name in _ATTENTION:
                 return self.attention(name, device, *args, **kwargs)
+            if name == "aten::record_stream":
+                return None  # a freed block waits for every queue of its device anyway (sim.cpp, free_block)
             if self.runs_on_host(op):
                 return self.run_on_host(op, device, args, kwargs)
             return self.launch(op, device, args, kwargs)
@@ -308,6 +310,16 @@ class Fallback:
         return (self.to_device(out, {}, device), self.to_device(lse, {}, device), empty, empty,
                 q.shape[2], k.shape[2], empty, empty, empty)
 
+    def convolution(self, name: str, device: int, *args: Any) -> Any:
+        """The convolution ops a non-CPU device type must provide, queued as the CPU's convolutions."""
+        if name.endswith("backward_overrideable"):
+            grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups, mask = args
+            bias_sizes = [weight.shape[1] * groups if transposed else weight.shape[0]]
+            return self.launch(aten.convolution_backward.default, device,
+                               (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                                output_padding, groups, mask), {})
+        return self.launch(aten.convolution.default, device, args, {})
+
     def lent_cpu_generator(self, device: int, dropout_p: float) -> Any:
         """Dropout inside the CPU kernel draws from torch's CPU generator: lend it the device's state."""
         if not dropout_p:
@@ -412,19 +424,27 @@ def _dense(t: Tensor) -> bool:
 
 
 def register(C: Any, device_type: str) -> list[torch.library.Library]:
-    """Register the fallback for PrivateUse1, and the fused attention ops (which have a kernel for
-    every key that raises until a PrivateUse1 one is given); the libraries must be kept alive."""
+    """Register the fallback for PrivateUse1, and the "overrideable" ops (fused attention, convolution:
+    torch gives them a kernel for every key that raises until a PrivateUse1 one is registered); the
+    libraries must be kept alive."""
     fallback = Fallback(C, device_type)
     everything = torch.library.Library("_", "IMPL")
     everything.fallback(fallback, dispatch_key="PrivateUse1")
-    attention = torch.library.Library("aten", "IMPL")
+    overrideable = torch.library.Library("aten", "IMPL")
     for qualified in sorted(_ATTENTION):
         name = qualified.split("::")[1]
-        attention.impl(name, functools.partial(_attention, fallback, f"aten::{name}"), "PrivateUse1")
-    return [everything, attention]
+        overrideable.impl(name, functools.partial(_attention, fallback, qualified), "PrivateUse1")
+    for name in ("convolution_overrideable", "convolution_backward_overrideable"):
+        overrideable.impl(name, functools.partial(_convolution, fallback, f"aten::{name}"), "PrivateUse1")
+    return [everything, overrideable]
 
 
 def _attention(fallback: Fallback, name: str, *args: Any, **kwargs: Any) -> Any:
     with torch._C._AutoDispatchBelowADInplaceOrView():
         device = fallback.device_of(name, args, kwargs)
         return fallback.attention(name, device, *args, **kwargs)
+
+
+def _convolution(fallback: Fallback, name: str, *args: Any) -> Any:
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        return fallback.convolution(name, fallback.device_of(name, args, {}), *args)

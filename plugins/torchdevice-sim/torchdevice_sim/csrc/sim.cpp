@@ -113,11 +113,13 @@ struct Stream {
         }
         task = nullptr;
         {
+          // One step for both: whoever sees the stream past this task sees its event done, and
+          // the other way round (an event's mutex is only ever taken inside this one).
           std::lock_guard<std::mutex> lock(mu);
           completed.fetch_add(1);
+          if (after) after();
         }
         cv.notify_all();
-        if (after) after();  // an event reached: marked done once the stream has passed it
       }
     }).detach();  // never joined: a stream lives as long as the process, as a GPU queue does
   }
@@ -349,7 +351,8 @@ struct DeviceMemory {
       if (ready) {
         cache.emplace(it->block->size, it->block);
       } else {
-        *keep++ = std::move(*it);
+        if (keep != it) *keep = std::move(*it);  // never self-move: it would empty the waits
+        ++keep;
       }
     }
     pending.erase(keep, pending.end());
@@ -881,6 +884,7 @@ uint64_t launch(int device, const std::string& name, const std::string& overload
   Stream* stream = current_stream_of(device);
   return stream->push([op, stack, outputs = std::move(outputs)]() mutable {
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+    c10::InferenceMode inference;  // host views of inference tensors may be written in place here
     op.callBoxed(*stack);
     if (!outputs.empty()) {
       std::vector<at::Tensor> results;
@@ -888,7 +892,11 @@ uint64_t launch(int device, const std::string& name, const std::string& overload
       TORCH_CHECK(results.size() == outputs.size(), "sim: ", op.schema().name(), " returned ", results.size(),
                   " tensors where ", outputs.size(), " were expected");
       for (size_t i = 0; i < results.size(); ++i) {
-        if (outputs[i].has_value() && outputs[i]->defined() && results[i].defined()) outputs[i]->copy_(results[i]);
+        if (!outputs[i].has_value() || !outputs[i]->defined() || !results[i].defined()) continue;
+        // An output the CPU kernel leaves empty where the meta kernel sizes it (batch norm's saved
+        // statistics in eval) is unused: the device's copy keeps the meta shape, uninitialised.
+        if (results[i].numel() == 0 && outputs[i]->numel() != 0) continue;
+        outputs[i]->copy_(results[i]);
       }
     }
     stack->clear();
