@@ -108,35 +108,26 @@ def clock(monkeypatch):
     return fake
 
 
-# -- which tests start processes; which share a module's fixture (pytest-xdist) ----------------------
+# -- which tests start processes (tox -e fast deselects them) -------------------------------------------
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "subprocess: the test starts a process (marked automatically from its code, tests/spawning.py); "
                    "tox -e fast deselects these")
-    config.addinivalue_line(
-        "markers", "xdist_group(name): tests run by one pytest-xdist worker (with --dist loadgroup); given "
-                   "automatically to the tests sharing a module-scoped fixture")
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks given here, and before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks given here
 def pytest_collection_modifyitems(config, items):
     finder = spawning.Finder()
     for item in items:
         why = finder.why_item(item)
         if why is not None and item.get_closest_marker("subprocess") is None:
             item.add_marker(pytest.mark.subprocess(reason=" -> ".join(why)))
-        # tests sharing a module- or class-scoped fixture (most are one set of subprocesses run concurrently
-        # for the whole module) run on one worker, so the fixture runs once, not once per worker
-        fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if any(fd.scope in ("module", "class", "package") for defs in fixturedefs.values() for fd in defs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def pytest_collection_finish(session):
     # `-m "not subprocess"` (tox -e fast): the tests left must stay in-process (spawning.ProcessWatch)
     if "subprocess" in (session.config.getoption("markexpr") or ""):
-        spawning.WATCH.armed = frozenset(
-            item.nodeid for item in session.items if item.get_closest_marker("subprocess") is None)
+        spawning.WATCH.arm(item.nodeid for item in session.items if item.get_closest_marker("subprocess") is None)
 

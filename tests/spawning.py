@@ -136,17 +136,23 @@ class Finder:
 
 class ProcessWatch:
     """An audit hook (``subprocess.Popen``, ``os.fork``, ``os.system``, ``os.exec``, ``os.posix_spawn``,
-    ``os.spawn``): while ``armed`` holds the node ids of the tests that must stay in-process, a process
-    started by one of them raises, naming the test and what it started, so the detection above gets
-    fixed (or the test marked) instead of the fast loop slowly filling with subprocess tests. Audit
-    hooks cannot be removed; disarmed (the default), it does nothing."""
+    ``os.spawn``): once :meth:`arm` has named the tests that must stay in-process, a process started by
+    one of them raises, naming the test and what it started, so the detection above gets fixed (or the
+    test marked) instead of the fast loop slowly filling with subprocess tests. The hook is added on the
+    first :meth:`arm` (audit hooks cannot be removed; a run that arms nothing pays for no hook)."""
 
     EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn",
                         "os.spawn"})
 
     def __init__(self):
         self.armed: frozenset[str] = frozenset()
-        sys.addaudithook(self._hook)
+        self._hooked = False
+
+    def arm(self, nodeids) -> None:
+        self.armed = frozenset(nodeids)
+        if not self._hooked:
+            sys.addaudithook(self._hook)
+            self._hooked = True
 
     def _hook(self, event: str, args: tuple) -> None:
         if event not in self.EVENTS or not self.armed:

@@ -114,9 +114,10 @@ def test_code_outside_the_tests_is_not_followed():
 
 def test_the_watch_stops_an_armed_test_that_starts_a_process_and_lets_the_others_be(monkeypatch):
     me = os.environ["PYTEST_CURRENT_TEST"].rsplit(" (", 1)[0]
-    monkeypatch.setattr(spawning.WATCH, "armed", frozenset({"tests/elsewhere.py::test_other"}))
+    monkeypatch.setattr(spawning.WATCH, "armed", spawning.WATCH.armed)  # put back afterwards
+    spawning.WATCH.arm({"tests/elsewhere.py::test_other"})
     sys.audit("os.system", b"true")  # the event os.system raises before it starts anything
-    monkeypatch.setattr(spawning.WATCH, "armed", frozenset({me}))
+    spawning.WATCH.arm({me})
     with pytest.raises(RuntimeError, match=r"started a process \(os\.system: b'true'\) but is not marked subprocess"):
         sys.audit("os.system", b"true")
     sys.audit("open", "somefile", "r", 0)  # other events pass
