@@ -35,16 +35,17 @@ SCRATCH = ROOT / ".mutation"
 MODULES: dict[str, list[str]] = {
     "devices": ["tests/test_devices.py", "tests/test_device_arguments.py", "tests/test_translation_edges.py",
                 "tests/test_default_generators.py", "tests/test_unpatch.py", "tests/test_source_family.py",
-                "tests/test_devices_mutants.py"],
+                "tests/test_device_translation_matches_native.py"],
     "router": ["tests/test_router.py", "tests/test_router_reports.py", "tests/test_api_extras.py",
-               "tests/test_router_mutants.py"],
+               "tests/test_router_records.py"],
     "cpu": ["tests/test_api_cpu.py", "tests/test_memory.py", "tests/test_honesty_oracle.py",
-            "tests/test_default_generators.py", "tests/test_source_family.py", "tests/test_cpu_mutants.py",
-            "tests/test_cpu_mutants2.py"],
-    "host": ["tests/test_api_cpu.py", "tests/test_memory.py", "tests/test_cpu_mutants.py",
-             "tests/test_device_properties.py", "tests/test_host_sensors.py", "tests/test_host_mutants.py"],
+            "tests/test_default_generators.py", "tests/test_source_family.py", "tests/test_cpu_memory_counters.py",
+            "tests/test_cpu_host_figures.py"],
+    "host": ["tests/test_api_cpu.py", "tests/test_memory.py", "tests/test_cpu_memory_counters.py",
+             "tests/test_cpu_host_figures.py", "tests/test_device_properties.py", "tests/test_host_sensors.py",
+             "tests/test_host_macos_readers.py", "tests/test_host_linux_readers.py"],
     "streams": ["tests/test_host_streams.py", "tests/test_api_cpu.py", "tests/test_namespaces.py",
-                "tests/test_honesty_oracle.py", "tests/test_source_family.py", "tests/test_streams_mutants.py"],
+                "tests/test_honesty_oracle.py", "tests/test_source_family.py", "tests/test_logical_device_streams.py"],
     "_patching": ["tests/test_unpatch.py", "tests/test_devices.py", "tests/test_namespaces.py",
                   "tests/test_source_family.py"],
 }
@@ -65,7 +66,7 @@ SUBPROCESS_ONLY = [
     "mp_spawn_over_device_count_on_two_logical_devices", "run_bad_device_count",
     # tests/test_api_extras.py, tests/test_unpatch.py
     "info_shows_each_backends_description", "first_unpatch_restores_what_was_there_before_any_patch",
-    # tests/test_router_mutants.py (entry points, read once per process)
+    # tests/test_router_records.py (entry points, read once per process)
     "unavailable_entry_point_backend_by_name_lists_every_available_backend",
     "named_backend_failing_at_resolution_lists_every_available_backend",
 ]

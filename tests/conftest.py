@@ -11,6 +11,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+import spawning
 import torch
 from helpers import CPU_FIRST, FakeClock, unset_env, with_cpu_first
 
@@ -105,3 +106,28 @@ def clock(monkeypatch):
     fake = FakeClock()
     monkeypatch.setattr(host, "time", fake)
     return fake
+
+
+# -- which tests start processes (tox -e fast deselects them) -------------------------------------------
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "subprocess: the test starts a process (marked automatically from its code, tests/spawning.py); "
+                   "tox -e fast deselects these")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks given here
+def pytest_collection_modifyitems(config, items):
+    finder = spawning.Finder()
+    for item in items:
+        why = finder.why_item(item)
+        if why is not None and item.get_closest_marker("subprocess") is None:
+            item.add_marker(pytest.mark.subprocess(reason=" -> ".join(why)))
+
+
+def pytest_collection_finish(session):
+    # `-m "not subprocess"` (tox -e fast): the tests left must stay in-process (spawning.ProcessWatch)
+    if "subprocess" in (session.config.getoption("markexpr") or ""):
+        spawning.WATCH.arm(item.nodeid for item in session.items if item.get_closest_marker("subprocess") is None)
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -146,6 +147,93 @@ def test_missing_roots_are_named(tmp_path, monkeypatch):
     assert "no-hwmon: missing" in str(info.value) and "no-thermal: missing" in str(info.value)
 
 
+# -- temperature: which readings count, and what the error says was tried ---------------------------------
+
+
+def _unreadable(call) -> str:
+    with pytest.raises(host.Unreadable) as info:
+        call()
+    return str(info.value)
+
+
+def test_a_device_without_a_name_is_skipped_and_the_rest_read(sysfs):
+    write_files(sysfs["hwmon"], {"hwmon0/temp1_input": "99000\n",  # no name: not known to be the CPU
+                            "hwmon1/name": "coretemp\n", "hwmon1/temp1_input": "45000\n"})
+    assert host.cpu_temperature() == 45
+
+
+def test_every_cpu_package_counts_whatever_its_order(sysfs):
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "71200\n",
+                            "hwmon1/name": "coretemp\n", "hwmon1/temp1_input": "44000\n"})
+    assert host.cpu_temperature() == 71
+
+
+def test_the_temperature_is_rounded_to_the_nearest_degree(sysfs):
+    write_files(sysfs["hwmon"], {"hwmon0/name": "k10temp\n", "hwmon0/temp1_input": "62520\n"})
+    assert host.cpu_temperature() == 63  # 62.52 degrees
+
+
+@pytest.mark.parametrize(("milli", "celsius"), [("150000", 150), ("-50000", -50)])
+def test_the_plausible_ranges_ends_are_temperatures(sysfs, milli, celsius):
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": milli + "\n"})
+    assert host.cpu_temperature() == celsius
+
+
+def test_the_error_lists_each_sensor_and_why_it_gave_nothing(sysfs, monkeypatch):
+    hwmon, thermal = sysfs["hwmon"], sysfs["thermal"]
+    write_files(hwmon, {"hwmon0/name": "coretemp\n", "hwmon0/temp1_input": "0\n", "hwmon0/temp2_input": "garbage\n",
+                   "hwmon0/temp3_input": "255000\n"})
+    real_open = open
+
+    def eio(path, *args, **kwargs):  # a sensor that is present but not reporting
+        if str(path).endswith("temp1_input"):
+            raise OSError(5, "Input/output error", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(host, "open", eio, raising=False)
+    base = f"{hwmon}/hwmon0"
+    assert _unreadable(host.cpu_temperature) == (
+        f"no CPU temperature reading: {base}/temp1_input: Input/output error; "
+        f"{base}/temp2_input: not a number ('garbage'); {base}/temp3_input: 255000 m°C is no temperature; "
+        f"{thermal}: no thermal zone of type x86_pkg_temp*, cpu*, soc* (zones: none)")
+
+
+def test_a_cpu_driver_without_inputs_is_named_and_not_called_missing(sysfs):
+    write_files(sysfs["hwmon"], {"hwmon0/name": "coretemp\n", "hwmon0/temp1_max": "100000\n"})
+    message = _unreadable(host.cpu_temperature)
+    assert f"{sysfs['hwmon']}/hwmon0: coretemp has no temp*_input" in message
+    assert "no CPU sensor" not in message  # there is one: it has no reading
+
+
+def test_the_error_names_the_drivers_looked_for_and_the_devices_found(sysfs):
+    write_files(sysfs["hwmon"], {"hwmon0/name": "acpitz\n", "hwmon0/temp1_input": "40000\n",
+                            "hwmon1/name": "nvme\n", "hwmon1/temp1_input": "41000\n"})
+    write_files(sysfs["thermal"], {"thermal_zone0/type": "acpitz\n", "thermal_zone0/temp": "40000\n",
+                              "thermal_zone1/temp": "40000\n",  # a zone without a type
+                              "thermal_zone2/type": "pch_cannonlake\n", "thermal_zone2/temp": "40000\n"})
+    message = _unreadable(host.cpu_temperature)
+    assert f"{sysfs['hwmon']}: no CPU sensor (coretemp/k10temp/zenpower/cpu_thermal) among acpitz, nvme" in message
+    assert "(zones: acpitz, pch_cannonlake)" in message
+    assert "macOS" not in message
+
+
+def test_with_no_devices_the_error_says_so(sysfs):
+    message = _unreadable(host.cpu_temperature)
+    assert f"{sysfs['hwmon']}: no CPU sensor (coretemp/k10temp/zenpower/cpu_thermal) among no devices" in message
+
+
+def test_zone_types_written_with_dashes_are_the_cpus(sysfs):
+    write_files(sysfs["thermal"], {"thermal_zone0/type": "x86-pkg-temp\n", "thermal_zone0/temp": "58000\n"})
+    assert host.cpu_temperature() == 58
+
+
+def test_on_macos_the_error_says_why_there_is_no_reading(sysfs, monkeypatch):
+    monkeypatch.setattr(host, "sys", SimpleNamespace(platform="darwin"))
+    message = _unreadable(host.cpu_temperature)
+    assert message.startswith("no CPU temperature reading: ")
+    assert message.endswith("; macOS exposes CPU temperatures to no unprivileged reader")
+
+
 # -- power ------------------------------------------------------------------------------------------------
 
 
@@ -252,6 +340,102 @@ def test_without_powercap_the_root_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(host, "POWERCAP", str(tmp_path / "no-powercap"))
     with pytest.raises(host.Unreadable, match="no-powercap: missing"):
         host.PackagePower().milliwatts()
+
+
+# -- power: which domains are read, how the average is taken, and what the error says ---------------------
+
+
+def _domain(root: Path, domain: str, energy: int, name: str | None = "package-0", top: str = f"{RAPL_RANGE}") -> None:
+    write_files(root, {f"{domain}/energy_uj": f"{energy}\n", f"{domain}/max_energy_range_uj": f"{top}\n"})
+    if name is not None:
+        write_files(root, {f"{domain}/name": name + "\n"})
+
+
+def test_without_powercap_on_macos_the_error_says_where_power_is(tmp_path, monkeypatch):
+    missing = tmp_path / "no-powercap"
+    monkeypatch.setattr(host, "POWERCAP", str(missing))
+    monkeypatch.setattr(host, "sys", SimpleNamespace(platform="darwin"))
+    assert _unreadable(host.PackagePower.read_packages) == (
+        f"{missing}: missing (no powercap RAPL driver exposed, as in most VMs and containers and off Linux); "
+        "macOS exposes CPU power to root only (powermetrics)")
+    monkeypatch.setattr(host, "sys", SimpleNamespace(platform="linux"))
+    assert "macOS" not in _unreadable(host.PackagePower.read_packages)
+
+
+def test_the_error_lists_the_domains_found_with_their_names(sysfs):
+    root = sysfs["powercap"]
+    _domain(root, "intel-rapl:0", 5, name="psys")
+    _domain(root, "intel-rapl:1", 5, name=None)
+    assert _unreadable(host.PackagePower.read_packages) == (
+        f"{root}: no RAPL package domain (intel-rapl:N named package-N; found: intel-rapl:0 (psys), "
+        "intel-rapl:1 (no name))")
+
+
+def test_an_empty_powercap_says_it_found_none(sysfs):
+    assert _unreadable(host.PackagePower.read_packages).endswith("found: none)")
+
+
+def test_a_package_after_another_domain_is_read(sysfs):
+    root = sysfs["powercap"]
+    _domain(root, "intel-rapl:0", 7, name="psys")  # the platform domain listed first, as on some laptops
+    _domain(root, "intel-rapl:1", 11, name="package-0")
+    assert host.PackagePower.read_packages() == ({"intel-rapl:1": 11}, {"intel-rapl:1": RAPL_RANGE})
+
+
+def test_a_package_that_did_not_move_adds_nothing(sysfs, clock):
+    root = sysfs["powercap"]
+    _domain(root, "intel-rapl:0", 4_000_000)
+    _domain(root, "intel-rapl:1", 9_000_000, name="package-1")
+    clock.during_sleep = lambda: _domain(root, "intel-rapl:1", 9_300_000, name="package-1")
+    assert host.PackagePower().milliwatts() == 3_000  # 0.3 J in 0.1 s; package 0 idle (0 J), not wrapped
+
+
+def test_a_zero_range_is_no_range_to_unwrap_with(sysfs, clock):
+    root = sysfs["powercap"]
+    _domain(root, "intel-rapl:0", 5_000_000, top="0")
+    clock.during_sleep = lambda: _domain(root, "intel-rapl:0", 200, top="0")  # went back: wrapped
+    message = _unreadable(host.PackagePower().milliwatts)
+    assert "intel-rapl:0/energy_uj wrapped and its max_energy_range_uj cannot be read" in message
+
+
+def test_a_domain_appearing_while_measuring_is_unreadable(sysfs, clock):
+    root = sysfs["powercap"]
+    _domain(root, "intel-rapl:0", 1_000)
+    clock.during_sleep = lambda: _domain(root, "intel-rapl:1", 2_000, name="package-1")
+    message = _unreadable(host.PackagePower().milliwatts)
+    assert message == f"{root}: the package domains changed while measuring"
+
+
+def test_the_average_is_rounded_to_the_nearest_milliwatt(sysfs, clock):
+    root = sysfs["powercap"]
+    _domain(root, "intel-rapl:0", 0)
+    clock.during_sleep = lambda: _domain(root, "intel-rapl:0", 100_000)
+    power = host.PackagePower()
+    power.milliwatts()
+    clock.during_sleep = None
+    clock.now += 2.0  # exact: the clock stays in one binade, so the interval is 2.0 to the bit
+    _domain(root, "intel-rapl:0", 100_000 + 2_002_999)
+    assert power.milliwatts() == 1_001  # 2.002999 J in 2 s: 1001.4995 mW
+
+
+def test_an_interval_just_inside_the_wrap_bound_is_averaged_over(sysfs, clock):
+    root = sysfs["powercap"]
+    _domain(root, "intel-rapl:0", 0, top="500000000")  # 500 J: at 1 kW it wraps in 0.5 s at the soonest
+    clock.during_sleep = lambda: _domain(root, "intel-rapl:0", 100_000, top="500000000")
+    power = host.PackagePower()
+    power.milliwatts()
+    clock.during_sleep = None
+    clock.now += 0.4999998
+    _domain(root, "intel-rapl:0", 100_000 + 4_999_998, top="500000000")
+    assert power.milliwatts() == 10_000  # 4.999998 J in 0.4999998 s, with no fresh sample
+    assert len(clock.slept) == 1
+
+
+def test_a_clock_that_did_not_advance_is_unreadable(sysfs, clock):
+    _domain(sysfs["powercap"], "intel-rapl:0", 1_000)
+    clock.rate = 0.0  # a coarse monotonic clock: the same reading before and after the sample
+    message = _unreadable(host.PackagePower().milliwatts)
+    assert message == "no time passed between two readings of the energy counters"
 
 
 # -- clock ------------------------------------------------------------------------------------------------

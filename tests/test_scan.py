@@ -198,6 +198,7 @@ def test_default_excludes(tmp_path):
     assert kept == ["app/main.py"]
 
 
+@pytest.mark.subprocess  # scan's own process pool: not seen from the test's code (tests/spawning.py)
 def test_process_pool_gives_the_same_report(tmp_path):
     n = scan.PARALLEL_THRESHOLD + 44
     for i in range(n):

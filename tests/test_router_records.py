@@ -1,4 +1,6 @@
-"""The router where mutation testing found the suite blind (docs/testing.md, issue 15).
+"""What the router records and reports per backend: plugins without distribution information, a backend
+that failed when asked for by name, priorities, and the property fields filled per device (found blind by
+mutation testing: docs/testing.md, issue 15).
 
 * A plugin put on pluggy's plugin manager directly (not through ``torchdevice.plugins.register``,
   so without distribution information) still declares its backend: it is listed, with no

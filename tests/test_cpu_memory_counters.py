@@ -1,30 +1,29 @@
-"""The CPU backend where a complete mutation run still found the suite blind (docs/testing.md, issue 15).
+"""The CPU backend's memory figures: which allocation counter they come from, and what it counts.
 
-Covered: the count of unknown frees c10's reporter keeps beside its total (``log_cnt_``), the
-calibration's rule (the one member that follows every move), where torch's c10 library is looked
-for on each OS, the resident-set fallback's errors, which allocation sources are sampled between
-queries, and the property fields the CPU backend answers itself.
-
-Expected values come from outside torchdevice.cpu: c10's reporter is found here with the test's own
-ctypes calls and its members located by allocating storages of known byte sizes (c10's
-``ProfiledCPUMemoryReporter`` declares ``size_t allocated_; size_t log_cnt_;`` in that order, and
-logs "Memory block of unknown size ..." when a storage it never saw allocated is freed while
-``log_cnt_ % 1000 == 0``); the property fields from a fake sysfs tree written here, worked out by
-hand; scripted counters and a scripted stand-in for ``torch.empty``.
+The counters, in the order tried: c10's CPU allocation reporter (exact storage bytes), glibc's
+``mallinfo2``, macOS's malloc zones, the resident set (``VmRSS``); "none" when none opens, and then
+``memory_allocated`` refuses. The memory tests elsewhere skip their exact checks when c10's counter
+cannot be reached, so a bug that merely made it unreachable would pass as "not reachable here": here
+whether it must be reachable is decided independently (does this torch's libc10 export the reporting
+flag and the reporter, read with the test's own ctypes calls), and where it must, the counter has to
+open and count exact bytes. c10's reporter declares ``size_t allocated_; size_t log_cnt_;`` in that
+order and logs "Memory block of unknown size ..." when a storage it never saw allocated is freed while
+``log_cnt_ % 1000 == 0``; its members are located here by allocating storages of known byte sizes.
+Otherwise expected values come from the kernel (``/proc/self/status``), scripted counters and a
+scripted stand-in for ``torch.empty``. (Found blind by mutation testing, docs/testing.md, issue 15.)
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import write_files
 
-import torchdevice
 from torchdevice import cpu, host
 from torchdevice.errors import UnsupportedError
 
@@ -34,20 +33,81 @@ _WORD = ctypes.sizeof(ctypes.c_size_t)
 _SAMPLER = "torchdevice-peak-sampler"
 
 
+# -- c10's counter: opened where c10 exports it, exact bytes -------------------------------------------------
+
+
+def _libc10():
+    """torch's own libc10, or None where this torch has none we can load."""
+    libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in ("libc10.so", "libc10.dylib", "c10.dll"):
+        path = os.path.join(libdir, name)
+        if os.path.exists(path):
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                return None
+    return None
+
+
+def _exported_flag():
+    lib = _libc10()
+    if lib is None:
+        return None
+    try:
+        lib[_REPORTER]
+        return ctypes.c_bool.in_dll(lib, _FLAG)
+    except (ValueError, AttributeError):
+        return None
+
+
+@pytest.fixture
+def c10_flag():
+    flag = _exported_flag()
+    if flag is None:
+        pytest.skip("this torch's c10 does not export its CPU allocation reporter")
+    was = bool(flag.value)
+    yield flag
+    flag.value = was
+
+
+def test_where_c10_exports_its_counter_it_opens_and_counts_exact_storage_bytes(c10_flag):
+    counter = cpu._C10Counter.open()
+    assert counter is not None
+    assert cpu.allocation_source() == "c10"  # the first choice, where it opens
+    before = counter.read()
+    block = torch.empty(4096 * 5 + 3, dtype=torch.uint8)  # an odd size: no rounding hides an error
+    assert counter.read() - before == 4096 * 5 + 3
+    wide = torch.empty(1000, dtype=torch.float64)
+    assert counter.read() - before == 4096 * 5 + 3 + 8000
+    del block
+    assert counter.read() - before == 8000
+    del wide
+    assert counter.read() == before
+    assert c10_flag.value  # reporting stays on: the counter only counts while it is
+    # opened again while storages are live (the total is not 0), it finds the same counter
+    live = torch.empty(1 << 16, dtype=torch.uint8)
+    again = cpu._C10Counter.open()
+    assert again is not None and (again.address, again.offset) == (counter.address, counter.offset)
+    del live
+
+
+def test_a_counter_that_cannot_be_calibrated_is_refused_and_leaves_the_flag_as_it_was(c10_flag, monkeypatch):
+    c10_flag.value = True
+    monkeypatch.setattr(cpu._C10Counter, "_CANDIDATES", (0, 8))  # offsets that hold no byte total
+    assert cpu._C10Counter.open() is None
+    assert c10_flag.value is True
+
+
 # -- c10's reporter, reached by the test itself ----------------------------------------------------------
 
 
 @pytest.fixture
 def reporter():
     """(the reporting flag, the reporter's address) from torch's own libc10; the flag put back afterwards."""
-    libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
-    paths = [os.path.join(libdir, n) for n in ("libc10.so", "libc10.dylib", "c10.dll")]
-    try:
-        lib = ctypes.CDLL(next(p for p in paths if os.path.exists(p)))
-        flag = ctypes.c_bool.in_dll(lib, _FLAG)
-        getter = lib[_REPORTER]
-    except (StopIteration, OSError, ValueError, AttributeError):
+    flag, lib = _exported_flag(), _libc10()
+    if flag is None:
         pytest.skip("this torch's c10 does not export its CPU allocation reporter")
+    getter = lib[_REPORTER]
     getter.restype, getter.argtypes = ctypes.c_void_p, []
     was = bool(flag.value)
     yield flag, getter()
@@ -255,33 +315,70 @@ def test_the_resident_set_is_not_sampled(resident_source):
     assert _new_samplers(before) == []  # a thread would start on the first query, before it returns
 
 
-# -- the property fields the backend answers itself (CPUBackend.PROPERTY_NOTES) ----------------------------
+# -- which allocation counter: opened once, the first that opens, "none" when none does ----------------
 
 
 @pytest.fixture
-def cpu0(tmp_path, monkeypatch):
-    """A cpu0 of a 2-way SMT core with a 2 MiB L2 and a 3.6 GHz maximum clock, in place of the host's."""
-    root = tmp_path / "cpu0"
-    files = {"topology/thread_siblings_list": "0,8\n", "cache/index0/level": "1\n", "cache/index0/size": "48K\n",
-             "cache/index2/level": "2\n", "cache/index2/size": "2048K\n", "cpufreq/cpuinfo_max_freq": "3600000\n",
-             "cpufreq/scaling_cur_freq": "1200000\n"}
-    write_files(root, files)
-    monkeypatch.setattr(host, "CPU0", str(root))
-    return root
+def unopened(monkeypatch):
+    """The module as in a process that has not looked for a counter yet (put back afterwards)."""
+    monkeypatch.setattr(cpu, "_source", None)
+    monkeypatch.setattr(cpu, "_source_name", "")
 
 
-def test_the_backend_answers_each_documented_field_itself(cpu0):
-    props = cpu.CPUBackend().device_properties(0)
-    assert props.max_threads_per_multi_processor == 2  # CPUs 0 and 8
-    assert props.L2_cache_size == 2048 * 1024
-    assert props.clock_rate == 3_600_000  # kHz, the maximum, not the current 1.2 GHz
-    # "1: the device computes in host memory", "1: a CPU thread executes alone": the backend's own answers
-    # (the router would fill both for a backend that left them empty; a plugin's hook must not rely on it)
-    assert (props.is_integrated, props.warp_size) == (1, 1)
+def test_the_first_counter_that_opens_is_the_one_every_caller_gets(unopened):
+    first = cpu._allocation_counter()
+    assert first is not None and first is cpu._allocation_counter()
+    assert cpu.allocation_source() in ("c10", "mallinfo2", "malloc_zone_statistics", "VmRSS")
+    assert cpu.SOURCES[type(first)] == cpu.allocation_source()
 
 
-def test_the_public_properties_carry_the_same_fields(cpu0, on_cpu):
-    torchdevice.use("cpu")  # a fresh resolution: properties read from the fake cpu0
-    props = torchdevice.get_device_properties(0)
-    assert (props.max_threads_per_multi_processor, props.L2_cache_size, props.clock_rate) == (2, 2 << 20, 3_600_000)
-    assert (props.is_integrated, props.warp_size) == (1, 1)
+def test_with_no_counter_the_source_is_none_looked_for_once_and_memory_allocated_refuses(unopened, monkeypatch):
+    tried = []
+    for kind in (cpu._C10Counter, cpu._MallInfo2, cpu._MallocZones, cpu._ResidentSet):
+        monkeypatch.setattr(kind, "open", classmethod(lambda cls: tried.append(cls) or None))
+    assert cpu.allocation_source() == "none"  # as documented: memory_allocated then raises
+    assert cpu.allocation_source() == "none" and cpu._allocation_counter() is None
+    assert tried == [cpu._C10Counter, cpu._MallInfo2, cpu._MallocZones, cpu._ResidentSet]  # once, in order
+    with pytest.raises(UnsupportedError) as info:
+        cpu.CPUMemory("cpu").memory_allocated(0)
+    assert (info.value.function, info.value.backend) == ("memory_allocated", "cpu")
+    for source in ("c10", "mallinfo2", "/proc"):  # what to do instead: says which sources were missing
+        assert source in info.value.instead
+
+
+def test_the_resident_set_fallback_reads_vmrss():
+    if not os.path.exists("/proc/self/status"):
+        assert cpu._ResidentSet.open() is None
+        return
+    counter = cpu._ResidentSet.open()
+    with open("/proc/self/status") as f:
+        vmrss = int(re.search(r"^VmRSS:\s+(\d+) kB$", f.read(), re.M).group(1)) * 1024
+    assert abs(counter.read() - vmrss) < 16 << 20  # the process moves a little between the two reads
+
+
+def test_a_process_that_has_allocated_nothing_has_a_peak_of_zero(monkeypatch):
+    class Nothing:
+        def read(self):
+            return 0
+
+    monkeypatch.setattr(cpu, "_allocation_counter", Nothing)  # the counter this CPUMemory opens reads 0
+    memory = cpu.CPUMemory("cpu")
+    assert memory.memory_allocated(0) == 0 and memory.max_memory_allocated(0) == 0
+    assert memory.memory_stats(0)["allocated_bytes.all.peak"] == 0
+
+
+# -- without /proc/self/status (macOS): reserved figures refused, the rest still answers ----------------
+
+
+def test_without_proc_status_reserved_figures_are_refused_and_the_rest_answers(monkeypatch, tmp_path):
+    monkeypatch.setattr(host, "PROC_STATUS", str(tmp_path / "no-status"))
+    memory = cpu.CPUMemory("cpu")
+    for op in ("memory_reserved", "max_memory_reserved"):
+        with pytest.raises(UnsupportedError) as info:
+            getattr(memory, op)(0)
+        assert (info.value.function, info.value.backend) == (op, "cpu") and "no-status" in info.value.instead
+    stats = memory.memory_stats(0)
+    assert stats["reserved_bytes.all.current"] == 0 and not any(k.startswith("cpu.Vm") for k in stats)
+    assert stats["allocated_bytes.all.current"] >= 0 and stats["cpu.source"] == cpu.allocation_source()
+    assert re.fullmatch(rf"process {os.getpid():>10d} uses +\d+\.\d{{3}} MB GPU memory",
+                        memory.list_gpu_processes(0).splitlines()[1])

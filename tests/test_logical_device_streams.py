@@ -1,4 +1,6 @@
-"""What mutation testing of torchdevice/streams.py found unchecked (issue 15), checked against independent expectations.
+"""Logical devices and their streams: ``TORCHDEVICE_DEVICE_COUNT``, a stream's device, default and current
+streams, ``set_stream`` (found unchecked by mutation testing of torchdevice/streams.py, issue 15), checked
+against independent expectations.
 
 * ``TORCHDEVICE_DEVICE_COUNT``'s documented grammar (README, "Logical devices"): a whole number of
   at least 1, so ``1`` is valid; anything else is a ``ConfigError`` naming the variable, the value
