@@ -347,6 +347,10 @@ if hasattr(torch, "Event"):
     EventInterface.register(torch.Event)
 
 
+#: The clock (kHz) that turns ``torch.cuda._sleep``'s cycles into milliseconds where a device reports none: 1 GHz.
+DEFAULT_CLOCK_KHZ = 1_000_000
+
+
 class StreamOps(Ops):
     """The streams/events family (hook ``torchdevice_streams``), which also owns the per-thread current device.
 
@@ -392,6 +396,22 @@ class StreamOps(Ops):
     @unsupported_by_default
     def set_stream(self, stream: StreamInterface) -> None:
         """Make ``stream`` the calling thread's current stream on its device; TypeError if not this backend's ``Stream``."""
+
+    @unsupported_by_default
+    def sleep(self, ms: float, index: int) -> None:
+        """Queue a busy wait of ``ms`` milliseconds on device ``index``'s current stream and return at once.
+
+        ``torch.cuda._sleep(cycles)`` is the model: the wait is work on the
+        stream, as a kernel is, so the stream's ``query()`` is False and
+        work queued after it waits until it has run, while the calling thread
+        goes on. Under translation ``torch.cuda._sleep(cycles)`` calls it with
+        ``ms = cycles / clock_rate`` (the device's ``DeviceProperties.clock_rate``
+        in kHz; 1 GHz where that is 0). Implement it on a backend with
+        asynchronous queues: the kit's ``queues`` check then runs (query,
+        ``synchronize``, ``Event.record`` and timing against known queued work).
+        A host-synchronous backend (work complete when its call returns)
+        leaves it unsupported: it has no queue to put the wait on.
+        """
 
 
 class RNGOps(Ops):
