@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
-from .conformance import check_backend
+from .conformance import CheckResult, ConformanceReport, check_backend
 from .hook_reference import hook_reference_is_current, write_hook_reference
 
 DESCRIPTION = "The vendor kit: test a torchdevice backend plugin without its hardware, and check it conforms."
@@ -26,10 +27,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.check_docs}", file=sys.stderr)
         return 1
     if args.check:
-        module, _, attr = args.check.partition(":")
-        plugin = getattr(importlib.import_module(module), attr or "plugin")
-        report = check_backend(plugin, raise_on_failure=False)
+        try:
+            plugin = load_plugin(args.check)
+        except Exception as exc:  # a plugin that cannot be loaded is a failed check, not a traceback
+            report = ConformanceReport(args.check, [CheckResult("import", False, f"{type(exc).__name__}: {exc}")])
+        else:
+            report = check_backend(plugin, raise_on_failure=False)
         print(report)
         return 0 if report.ok else 1
     return 0
+
+
+def load_plugin(spec: str) -> Any:
+    """The object ``MODULE:ATTR`` names (``MODULE`` alone: its ``plugin``), as an entry point's value is loaded."""
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr or "plugin")
 
