@@ -399,18 +399,12 @@ class StreamOps(Ops):
 
     @unsupported_by_default
     def sleep(self, ms: float, index: int) -> None:
-        """Queue a busy wait of ``ms`` milliseconds on device ``index``'s current stream and return at once.
+        """Queue a wait of ``ms`` milliseconds on device ``index``'s current stream and return at once, as ``torch.cuda._sleep``.
 
-        ``torch.cuda._sleep(cycles)`` is the model: the wait is work on the
-        stream, as a kernel is, so the stream's ``query()`` is False and
-        work queued after it waits until it has run, while the calling thread
-        goes on. Under translation ``torch.cuda._sleep(cycles)`` calls it with
-        ``ms = cycles / clock_rate`` (the device's ``DeviceProperties.clock_rate``
-        in kHz; 1 GHz where that is 0). Implement it on a backend with
-        asynchronous queues: the kit's ``queues`` check then runs (query,
-        ``synchronize``, ``Event.record`` and timing against known queued work).
-        A host-synchronous backend (work complete when its call returns)
-        leaves it unsupported: it has no queue to put the wait on.
+        The wait is work on the stream: ``query()`` is False and later work waits until it has run, while
+        the host goes on. Under translation ``torch.cuda._sleep(cycles)`` calls it with ``cycles /
+        clock_rate`` ms (``DeviceProperties.clock_rate``, kHz; 1 GHz where 0). Implemented, it turns on
+        the kit's ``queues`` check; a host-synchronous backend, with no queue, leaves it unsupported.
         """
 
 
