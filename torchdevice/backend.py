@@ -173,6 +173,9 @@ class Ops:
     """
 
     family: ClassVar[str] = ""
+    #: Operations a backend implements only where its hardware has them (added to the family after 1.0):
+    #: a plugin leaving one unsupported need not declare it among its holes (``NamespaceContract.unsupported_ops``).
+    opt_in: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, backend: str):
         self.backend = backend
@@ -370,6 +373,7 @@ class StreamOps(Ops):
     """
 
     family = "streams"
+    opt_in = frozenset({"sleep"})
     Stream: ClassVar[type | None] = None
     Event: ClassVar[type | None] = None
 
