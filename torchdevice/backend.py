@@ -207,7 +207,10 @@ class MemoryOps(Ops):
     differs), bytes a runtime of its own counts (memory that runtime
     allocates itself), or ``memory_allocated`` tagged ``noop``/left
     unsupported to say memory is not tracked. A figure that never moves is
-    caught by the kit.
+    caught by the kit. A backend with a device type of its own counts the
+    bytes its allocator holds for each device: a tensor allocated on device
+    ``i`` moves ``memory_allocated(i)`` by at least its bytes and leaves every
+    other index's figure unchanged (the kit checks both).
     """
 
     family = "memory"
