@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from helpers import PLUGIN_FIXTURES, run_command, run_python
+from helpers import PLUGIN_FIXTURES, run_command, run_python, write_plugin
 
 import torchdevice
 from torchdevice.backend import DEFAULT_CLOCK_KHZ, Availability, RNGOps, Status, emulated, status_of, unsupported
@@ -115,6 +115,17 @@ def test_a_bad_variable_read_at_import_is_a_failed_check_naming_it_not_a_traceba
     assert found.returncode == 1, found
     assert "[FAIL] import: ValueError: QUEUECHIP_DEVICES='two' is not a device count" in found.stdout, found
     assert "Traceback" not in found.stdout + found.stderr, found
+
+
+def test_an_installed_entry_point_that_fails_to_load_is_a_failed_check_naming_the_variable(tmp_path):
+    write_plugin(tmp_path, "queuechip-eager", "1.0", "queuechip", "td_queuechip_eager")
+    (tmp_path / "td_queuechip.py").write_text((PLUGIN_FIXTURES / "td_queuechip.py").read_text())
+    found = run_command([sys.executable, "-m", "torchdevice.testing", "--check", "queuechip"],
+                        env={qc.DEVICES_VAR: "-1"}, pythonpath=[tmp_path])
+    assert found.returncode == 1 and "[FAIL] import: ValueError: QUEUECHIP_DEVICES='-1'" in found.stdout, found
+    assert "Traceback" not in found.stdout + found.stderr, found
+    passing = run_command([sys.executable, "-m", "torchdevice.testing", "--check", "queuechip"], pythonpath=[tmp_path])
+    assert passing.returncode == 0 and "[ok] queues" in passing.stdout, passing
 
 
 def test_a_bad_variable_read_in_availability_makes_the_plugin_unavailable_naming_it(monkeypatch):
