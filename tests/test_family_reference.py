@@ -34,7 +34,7 @@ IMPLEMENTATIONS = ("torchdevice.cpu", "torchdevice.collectives", "torchdevice.st
 #: One valid argument list per operation, for calling the base's unsupported default as the router does.
 ARGS = {
     "set_per_process_memory_fraction": (0.5, 0), "set_rng_state": (torch.zeros(4, dtype=torch.uint8), 0),
-    "manual_seed": (1,), "manual_seed_all": (1,), "set_stream": (None,),
+    "manual_seed": (1,), "manual_seed_all": (1,), "set_stream": (None,), "sleep": (10.0, 0),
     "broadcast": (torch.ones(1), [0]), "broadcast_coalesced": ([torch.ones(1)], [0]),
     "reduce_add": ([torch.ones(1)], 0), "reduce_add_coalesced": ([[torch.ones(1)]], 0),
     "scatter": (torch.ones(2), [0]), "gather": ([torch.ones(1)],),
@@ -97,7 +97,8 @@ def test_each_operation_is_declared_with_types_and_a_one_line_summary(family, cl
     assert sig.return_annotation is not sig.empty, f"{family}.{op}: no return annotation"
     summary = (fn.__doc__ or "").strip().splitlines()
     assert summary and summary[0].endswith(".") and len(summary[0]) > 30, f"{family}.{op}: {summary!r}"
-    assert summary[0].split()[0] in {"Return", "Reset", "Release", "Cap", "Make", "Block", "Seed", "Restore"}
+    assert summary[0].split()[0] in {"Return", "Reset", "Release", "Cap", "Make", "Block", "Seed", "Restore",
+                                     "Queue"}
 
 
 @pytest.mark.parametrize("family,cls,op", _all_ops(), ids=lambda v: v if isinstance(v, str) else "")

@@ -189,7 +189,9 @@ PLANTED = {  # bug -> the check that must fail
 def test_a_correct_backend_passes_every_check():
     report = check_backend(KitBackend(), raise_on_failure=False)
     assert report.ok, str(report)
-    assert all(r.ok for r in report.results), str(report)  # nothing skipped either
+    # nothing skipped either, but the queues check: a host-synchronous backend has no sleep to make pending work
+    assert all(r.ok for r in report.results if r.name != "queues"), str(report)
+    assert {r.name: r.ok for r in report.results}["queues"] is None, str(report)
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED))

@@ -177,6 +177,9 @@ class Ops:
     """
 
     family: ClassVar[str] = ""
+    #: Operations a backend implements only where its hardware has them (added to the family after 1.0):
+    #: a plugin leaving one unsupported need not declare it among its holes (``NamespaceContract.unsupported_ops``).
+    opt_in: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, backend: str):
         self.backend = backend
@@ -208,7 +211,10 @@ class MemoryOps(Ops):
     differs), bytes a runtime of its own counts (memory that runtime
     allocates itself), or ``memory_allocated`` tagged ``noop``/left
     unsupported to say memory is not tracked. A figure that never moves is
-    caught by the kit.
+    caught by the kit. A backend with a device type of its own counts the
+    bytes its allocator holds for each device: a tensor allocated on device
+    ``i`` moves ``memory_allocated(i)`` by at least its bytes and leaves every
+    other index's figure unchanged (the kit checks both).
     """
 
     family = "memory"
@@ -351,6 +357,10 @@ if hasattr(torch, "Event"):
     EventInterface.register(torch.Event)
 
 
+#: The clock (kHz) that turns ``torch.cuda._sleep``'s cycles into milliseconds where a device reports none: 1 GHz.
+DEFAULT_CLOCK_KHZ = 1_000_000
+
+
 class StreamOps(Ops):
     """The streams/events family (hook ``torchdevice_streams``), which also owns the per-thread current device.
 
@@ -370,6 +380,7 @@ class StreamOps(Ops):
     """
 
     family = "streams"
+    opt_in = frozenset({"sleep"})
     Stream: ClassVar[type | None] = None
     Event: ClassVar[type | None] = None
 
@@ -396,6 +407,16 @@ class StreamOps(Ops):
     @unsupported_by_default
     def set_stream(self, stream: StreamInterface) -> None:
         """Make ``stream`` the calling thread's current stream on its device; TypeError if not this backend's ``Stream``."""
+
+    @unsupported_by_default
+    def sleep(self, ms: float, index: int) -> None:
+        """Queue a wait of ``ms`` milliseconds on device ``index``'s current stream and return at once, as ``torch.cuda._sleep``.
+
+        The wait is work on the stream: ``query()`` is False and later work waits until it has run, while
+        the host goes on. Under translation ``torch.cuda._sleep(cycles)`` calls it with ``cycles /
+        clock_rate`` ms (``DeviceProperties.clock_rate``, kHz; 1 GHz where 0). Implemented, it turns on
+        the kit's ``queues`` check; a host-synchronous backend, with no queue, leaves it unsupported.
+        """
 
 
 class RNGOps(Ops):

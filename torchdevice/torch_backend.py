@@ -43,6 +43,7 @@ from typing import Any, Callable, ClassVar, Iterable, cast
 
 from .backend import (
     CUDA_PROPERTY_FIELDS,
+    DEFAULT_CLOCK_KHZ,
     STATUS_ATTR,
     Availability,
     Backend,
@@ -76,6 +77,8 @@ __all__ = [
     "TorchNamespaceBackend",
     "FirstThreadDefaultStream",
     "first_thread_stream",
+    "NamespaceSleep",
+    "DEFAULT_CLOCK_KHZ",
 ]
 
 #: The namespace attributes the base and the shipped plugins use; only these are snapshotted.
@@ -494,3 +497,22 @@ class FirstThreadDefaultStream:
         if stream is None:
             stream = cache[index] = first_thread_stream(cast(TorchStreams, self), index)
         return stream
+
+
+class NamespaceSleep:
+    """Streams mixin: ``sleep`` over ``<namespace>._sleep(cycles)`` (``torch.cuda._sleep``'s shape).
+
+    The milliseconds become cycles at the device's ``clock_rate`` (kHz, from
+    ``<namespace>.get_device_properties``), and ``_sleep`` is called with the
+    device current, as it queues on the current device's current stream. Add
+    ``"_sleep"`` to the backend's ``extra_names`` and put this class before
+    :class:`TorchStreams` in the streams class's bases.
+    """
+
+    @uses("_sleep")
+    @translated("<namespace>._sleep(ms x clock_rate cycles) with the device current")
+    def sleep(self, ms: float, index: int) -> None:
+        ns = cast(TorchStreams, self).ns
+        khz = int(getattr(ns.get_device_properties(index), "clock_rate", 0) or 0) or DEFAULT_CLOCK_KHZ
+        with ns.device(index):
+            ns._sleep(round(ms * khz))

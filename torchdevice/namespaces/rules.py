@@ -151,3 +151,25 @@ def optional_op(family: str, op: str, fallback: Rule) -> Rule:
         return fallback(view, ns)
 
     return _reading(rule, ((family, op),), optional=(family, op))
+
+
+def host_synchronous(view: View) -> bool:
+    """Whether the backend's streams are host-synchronous (its ``Stream`` class is a :class:`HostStream`)."""
+    cls = getattr(view.streams, "Stream", None) if view.streams is not None else None
+    return isinstance(cls, type) and issubclass(cls, HostStream)
+
+
+def op_or_host(family: str, op: str, how: str, host: tuple[Status, str], otherwise: str) -> Rule:
+    """The backend's ``family.op`` as tagged (``how`` prefixes the note); where it is unsupported, ``host`` on a
+    host-synchronous backend (:func:`host_synchronous`), else unsupported (``otherwise``)."""
+    tagged = op_rule(family, op, how)
+
+    def rule(view: View, ns: str) -> tuple[Status, str]:
+        status, note = tagged(view, ns)
+        if status is not UNSUPPORTED:
+            return status, note
+        if host_synchronous(view):
+            return host[0], _fmt(host[1], view, ns)
+        return UNSUPPORTED, _fmt(otherwise, view, ns)
+
+    return _reading(rule, ((family, op),))

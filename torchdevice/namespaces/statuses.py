@@ -30,6 +30,10 @@ def status(view: View, ns: str, name: str) -> tuple[Status, str] | None:
     return spec.rule(view, ns)
 
 
+#: Private names fronted where the namespace has them: programs call them (``torch.cuda._sleep`` makes pending work).
+PRIVATE_FRONTED = ("_sleep",)
+
+
 def _original_names() -> dict[str, set[str]]:
     """The names each namespace really has (before any patch), plus its catalog names."""
     from ..data.catalog_names import NAMES  # the catalog's names, without parsing it (activation reads this)
@@ -38,6 +42,7 @@ def _original_names() -> dict[str, set[str]]:
     for ns in NAMESPACES:
         module = getattr(torch, ns)
         found = set(getattr(module, "__all__", ())) | {n for n in vars(module) if not n.startswith("_")}
+        found |= {n for n in PRIVATE_FRONTED if n in vars(module)}
         names[ns] = found | NAMES.get(f"torch.{ns}", frozenset()) | _submodule_names(module)
     return names
 

@@ -2,11 +2,13 @@
 graphs (unsupported), the sync debug mode."""
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import torch
 
-from .rules import EMULATED, NOOP, all_of, declared, op_rule, stream_class_rule, when_op
+from ..backend import DEFAULT_CLOCK_KHZ, Status, status_of
+from .rules import EMULATED, NOOP, all_of, declared, op_or_host, op_rule, stream_class_rule, when_op
 from .table import Facade, declare_unsupported, fronts
 
 
@@ -108,6 +110,30 @@ def build_is_current_stream_capturing(fx: Facade, ns: str, name: str) -> Callabl
         return False
 
     return is_current_stream_capturing
+
+
+@fronts("_sleep", op_or_host(
+    "streams", "sleep", "queues cycles / clock_rate ms on the current stream of the current device",
+    (EMULATED, "the calling thread sleeps cycles / clock_rate ms: work on the {backend} backend is complete when its "
+               "call returns, as a kernel of that length would be"),
+    "the {backend} backend cannot queue a wait on a stream (its streams family has no sleep operation); "
+    "time.sleep() waits on the host",
+))
+def build_sleep(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    """``torch.<ns>._sleep(cycles)``: the backend's ``streams.sleep(ms, index)``, or a host sleep where it has none."""
+    queued = status_of(fx.streams, "sleep")[0] is not Status.UNSUPPORTED
+    sleep_op = fx.streams.sleep if queued else None
+    current, properties = fx.current, fx.active.properties
+
+    def _sleep(cycles: int) -> None:
+        index = current()
+        ms = int(cycles) / (properties(index).clock_rate or DEFAULT_CLOCK_KHZ)
+        if sleep_op is not None:
+            sleep_op(ms, index)
+        else:
+            time.sleep(ms / 1000)
+
+    return _sleep
 
 
 _SYNC_DEBUG = (

@@ -20,9 +20,11 @@ Three parts, all usable from a plugin's own test suite (see ``docs/plugins.md``)
    availability never raises and returns an ``Availability`` with a reason;
    hooks answer ``None`` for other backends' names; every operation of every
    family carries a status tag; unsupported operations raise
-   ``UnsupportedError``; and, through the real router, the backend is selected
+   ``UnsupportedError``; through the real router, the backend is selected
    when asked for (or refused with its reason when unavailable) and the
-   device-agnostic API works on it.
+   device-agnostic API works on it; and, for a backend with asynchronous
+   queues (``StreamOps.sleep`` implemented), queries, ``synchronize`` and
+   events behave against queued work of known length.
 
 3. **Mixins for torch-namespace plugins** (subclasses of
    :class:`torchdevice.torch_backend.TorchNamespaceBackend`):
@@ -46,7 +48,8 @@ itself, the one import path plugins use):
   generator of the hook reference in ``docs/plugins.md``
   (``python -m torchdevice.testing --write-docs docs/plugins.md``);
 * :mod:`~torchdevice.testing.command` -- ``python -m torchdevice.testing``
-  (``--check MODULE:ATTR``, ``--write-docs``, ``--check-docs``).
+  (``--check MODULE:ATTR``, ``--write-docs``, ``--check-docs``); a plugin that
+  fails to import is reported as a ``[FAIL] import`` line, not a traceback.
 
 The kit imports pytest only inside the pytest mixins' methods.
 """
@@ -54,7 +57,9 @@ from __future__ import annotations
 
 from .command import main
 from .conformance import (
+    BEHAVIOUR_CHECKS,
     CHECKS,
+    QUEUED_MS,
     BackendConformance,
     CheckResult,
     ConformanceReport,
@@ -63,6 +68,7 @@ from .conformance import (
     check_behaviour,
     check_families,
     check_hookimpls,
+    check_queues,
     check_router,
     check_spec,
     check_tags,
@@ -95,7 +101,10 @@ __all__ = [
     "ConformanceReport",
     "CheckResult",
     "CHECKS",
+    "BEHAVIOUR_CHECKS",
+    "QUEUED_MS",
     "check_backend",
+    "check_queues",
     "registered",
     "router_sandbox",
     "info_json",

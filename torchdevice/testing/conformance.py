@@ -81,10 +81,11 @@ def check_spec(plugin) -> str:
             f"backend name {spec.name!r} must be letters, digits, '_', '.', '-' (it appears in "
             "TORCHDEVICE_BACKEND and comma-separated NAME=VALUE lists)")
         assert spec.name != _OTHER
-        try:
-            torch.device(spec.device_type)
-        except Exception as exc:
-            raise AssertionError(f"device_type {spec.device_type!r} is not a torch device type: {exc}") from None
+        if not router._known_device_type(spec.device_type):
+            holder = torch._C._get_privateuse1_backend_name()
+            raise AssertionError(
+                f"device_type {spec.device_type!r} is not a torch device type, nor free to name torch's PrivateUse1 "
+                f"device (torch.utils.rename_privateuse1_backend; it is claimed as {holder!r})")
         assert isinstance(spec.priority, int) and not isinstance(spec.priority, bool), (
             f"priority {spec.priority!r} must be an int")
         assert isinstance(spec.description, str)
@@ -335,10 +336,93 @@ def _check_memory_moves(active, device_type: str) -> str:
     return "memory_allocated moves with a 64 MiB tensor"
 
 
+def _device_figures(active) -> list[int]:
+    for index in range(active.device_count):
+        if _supported(active.streams, "synchronize"):
+            active.streams.synchronize(index)
+    return [active.memory.memory_allocated(index) for index in range(active.device_count)]
+
+
+def _check_memory_per_device(active, device_type: str) -> str:
+    """On a backend with its own device type: a tensor on device i moves memory_allocated(i) by at least its
+    bytes, and no other index's figure."""
+    if device_type == "cpu" or not _supported(active.memory, "memory_allocated"):
+        return ""
+    if status_of(active.memory, "memory_allocated")[0] is Status.NOOP:
+        return ""
+    size = 16 << 20
+    for index in range(active.device_count):
+        before = _device_figures(active)
+        held = torch.empty(size, dtype=torch.uint8, device=torch.device(device_type, index))
+        after = _device_figures(active)
+        del held
+        grew = after[index] - before[index]
+        assert grew >= size, (
+            f"memory_allocated({index}) moved by {grew} bytes when a {size >> 20} MiB tensor was allocated on "
+            f"'{device_type}:{index}': count the bytes your allocator holds for each device")
+        moved = {other: after[other] - before[other] for other in range(len(after)) if other != index}
+        assert not any(moved.values()), (
+            f"memory_allocated moved on other devices ({moved}, bytes by index) when a tensor was allocated on "
+            f"'{device_type}:{index}': each index must report its own device's figure")
+    return f"memory_allocated per device on {active.device_count} device(s)"
+
+
+def _draw(active, device_type: str, index: int) -> torch.Tensor | None:
+    """Eight numbers from device ``index``'s generator: a device op on a backend with its own device type
+    (which must draw from the generator the rng family seeds), else the family's default generator."""
+    if device_type != "cpu":
+        return torch.rand(8, device=torch.device(device_type, index)).cpu()
+    if _supported(active.rng, "default_generator"):
+        return torch.rand(8, generator=active.rng.default_generator(index))
+    return None
+
+
+def _seed_on(active, index: int, seed: int) -> None:
+    """``manual_seed(seed)`` with device ``index`` current (it seeds the current device only)."""
+    streams, previous = active.streams, active.streams.current_device()
+    streams.set_device(index)
+    try:
+        active.rng.manual_seed(seed)
+    finally:
+        streams.set_device(previous)
+
+
+def _check_generators(active, device_type: str) -> str:
+    """With several devices, on a backend with its own device type or queues: one generator per device."""
+    rng, streams = active.rng, active.streams
+    if active.device_count < 2 or (device_type == "cpu" and not _supported(streams, "sleep")):
+        return ""  # a host backend may share torch's CPU generator among its devices (CPURNG)
+    needed = [(rng, "manual_seed"), (rng, "manual_seed_all"), (rng, "get_rng_state"), (streams, "set_device"),
+              (streams, "current_device")]
+    if not all(_supported(ops, op) for ops, op in needed):
+        return ""
+    rng.manual_seed_all(5)
+    first = _draw(active, device_type, 0)
+    rng.manual_seed_all(5)
+    state = rng.get_rng_state(0).clone()
+    _seed_on(active, 1, 1234)
+    assert torch.equal(rng.get_rng_state(0), state), (
+        "seeding device 1 (manual_seed with device 1 current) changed device 0's generator state: each device "
+        "needs a generator of its own")
+    again = _draw(active, device_type, 0)
+    assert first is None or again is None or torch.equal(first, again), (
+        f"device 0 drew {again.tolist()} after manual_seed_all(5) and seeding device 1, {first.tolist()} after "
+        "manual_seed_all(5) alone: seeding device 1 moved device 0's generator, or the draws do not come from it")
+    draws = []
+    for _ in range(2):
+        _seed_on(active, 1, 1234)
+        draws.append(_draw(active, device_type, 1))
+    assert draws[0] is None or draws[1] is None or torch.equal(draws[0], draws[1]), (
+        f"device 1 drew {draws[0].tolist()}, then {draws[1].tolist()} after the same manual_seed(1234): "
+        "random ops on a device must draw from the generator its rng family seeds")
+    return f"one generator per device ({active.device_count})"
+
+
 def check_behaviour(plugin) -> str:
     """What a plugin can get wrong behind correct types: event timing units, Event/Stream classes,
     per-thread current device and stream, streams of every device index (agreeing with the tensors'
-    device), memory figures that move with the backend's tensors."""
+    device), memory figures that move with the backend's tensors (per device, for a backend with its own
+    device type), independent generators per device (a backend with its own device type or queues)."""
     import torchdevice
 
     spec = _spec(plugin)
@@ -351,7 +435,97 @@ def check_behaviour(plugin) -> str:
         done.append(_check_per_thread(active, active.device_count))
         done.append(_check_streams_every_index(active, spec.device_type))
         done.append(_check_memory_moves(active, spec.device_type))
+        done.append(_check_memory_per_device(active, spec.device_type))
+        done.append(_check_generators(active, spec.device_type))
     return "; ".join(d for d in done if d)
+
+
+#: The length of the wait the ``queues`` check queues, in milliseconds.
+QUEUED_MS = 200.0
+
+
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1000
+
+
+def _queue_wait(active, index: int) -> tuple[Any, float]:
+    """Queue :data:`QUEUED_MS` of work on device ``index``'s current stream; return the stream and when."""
+    stream, start = active.streams.current_stream(index), time.perf_counter()
+    active.streams.sleep(QUEUED_MS, index)
+    took = _ms_since(start)
+    assert took < QUEUED_MS / 2, (
+        f"streams.sleep({QUEUED_MS:g}, {index}) blocked the host for {took:.0f} ms: it must queue the wait on the "
+        "stream and return at once, as torch.cuda._sleep does")
+    return stream, start
+
+
+def _check_query(active, index: int) -> None:
+    stream, _ = _queue_wait(active, index)
+    busy = stream.query()
+    assert busy is False, (
+        f"current_stream({index}).query() is {busy!r} while {QUEUED_MS:g} ms of queued work runs: it must be "
+        "False until the stream's work is complete")
+    stream.synchronize()
+    assert stream.query() is True, f"current_stream({index}).query() is not True after its synchronize()"
+
+
+def _check_device_synchronize(active, index: int) -> None:
+    stream, start = _queue_wait(active, index)
+    active.streams.synchronize(index)
+    waited = _ms_since(start)
+    assert stream.query() is True, (
+        f"current_stream({index}).query() is False right after synchronize({index}): it must wait for every "
+        f"queue of device {index}")
+    assert waited >= 0.9 * QUEUED_MS, (
+        f"synchronize({index}) returned {waited:.0f} ms after {QUEUED_MS:g} ms of work was queued on device "
+        f"{index}: it did not wait for the device's queues")
+
+
+def _check_record(active, index: int) -> None:
+    streams = active.streams
+    begin, end = streams.Event(enable_timing=True), streams.Event(enable_timing=True)
+    stream = streams.current_stream(index)
+    begin.record(stream)
+    _queue_wait(active, index)
+    start = time.perf_counter()
+    end.record(stream)
+    took = _ms_since(start)
+    assert took < QUEUED_MS / 2, (
+        f"Event.record() blocked the host for {took:.0f} ms behind {QUEUED_MS:g} ms of queued work: it must only "
+        "mark the stream and return (the work is waited for by synchronize())")
+    end.synchronize()
+    ms = begin.elapsed_time(end)
+    low, high = 0.75 * QUEUED_MS, 10 * QUEUED_MS
+    assert isinstance(ms, float) and low <= ms <= high, (
+        f"elapsed_time() between events around {QUEUED_MS:g} ms of queued work gave {ms!r}: it must be in "
+        f"milliseconds, {low:g} to {high:g} ({QUEUED_MS / 1000:g} would be seconds, {QUEUED_MS * 1000:g} "
+        "microseconds)")
+
+
+def check_queues(plugin) -> str:
+    """With pending work made by ``streams.sleep`` (run only where the backend implements it): ``query()`` False
+    while it runs and True after ``synchronize()``; ``synchronize(i)`` waits for device i's queues;
+    ``Event.record()`` does not block the host; ``elapsed_time`` around it is in milliseconds."""
+    import torchdevice
+
+    spec = _spec(plugin)
+    _available(plugin)
+    with registered(plugin), torchdevice.use(spec.name):
+        active = router.active()
+        if not _supported(active.streams, "sleep"):
+            raise _Skip("streams.sleep is not implemented: the backend cannot make pending work (host-synchronous), "
+                        "so queries, synchronize and event timing are not checked against queued work")
+        last = active.device_count - 1
+        try:
+            _check_query(active, 0)
+            for index in range(active.device_count):
+                _check_device_synchronize(active, index)
+            _check_record(active, last)
+        finally:
+            for index in range(active.device_count):
+                active.streams.synchronize(index)
+    return (f"{QUEUED_MS:g} ms queued: query False then True, synchronize(i) waits on each of "
+            f"{active.device_count} device(s), record() returns at once, elapsed_time in ms")
 
 
 def check_router(plugin) -> str:
@@ -416,7 +590,11 @@ CHECKS: dict[str, Callable[[Any], str]] = {
     "unsupported": check_unsupported,
     "router": check_router,
     "behaviour": check_behaviour,
+    "queues": check_queues,
 }
+
+#: The checks that need the backend's real behaviour (a stand-in namespace has none).
+BEHAVIOUR_CHECKS = ("behaviour", "queues")
 
 
 def run_check(plugin, check: str) -> CheckResult:
@@ -503,3 +681,6 @@ class BackendConformance:
 
     def test_conformance_behaviour(self, plugin):
         self._run(plugin, "behaviour")
+
+    def test_conformance_queues(self, plugin):
+        self._run(plugin, "queues")

@@ -9,11 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from torchdevice.backend import Availability
-from torchdevice.torch_backend import NAMESPACE_NAMES, NamespaceView, TorchNamespaceBackend
+from torchdevice.torch_backend import NAMESPACE_NAMES, NamespaceSleep, NamespaceView, TorchNamespaceBackend, TorchStreams
 
 from . import _extension, claimed_by, config, load
 
-__all__ = ["SimBackend", "plugin"]
+__all__ = ["SimBackend", "SimStreams", "plugin"]
+
+
+class SimStreams(NamespaceSleep, TorchStreams):
+    """torch.sim's streams, and ``sleep``: ``torch.sim._sleep`` queues the wait on the current stream."""
 
 
 class SimBackend(TorchNamespaceBackend):
@@ -25,6 +29,8 @@ class SimBackend(TorchNamespaceBackend):
     label = "sim"
     dist_backend = "simccl"
     privateuse1 = True  # torch knows the device type "sim" once load() has renamed PrivateUse1
+    streams_class = SimStreams
+    extra_names = ("_sleep",)
 
     def __init__(self, namespace_module: Any = None):
         # The namespace is torchdevice_sim.runtime, which imports without building anything: its
