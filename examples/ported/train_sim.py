@@ -15,9 +15,10 @@ import os
 import tempfile
 
 import torch
-import torchdevice_sim
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+import torchdevice_sim
 
 FEATURES, CLASSES = 32, 10
 

@@ -128,8 +128,8 @@ def test_a_checkpoint_loads_onto_cuda_1(on_sim, tmp_path):
     path = tmp_path / "ck.pt"
     torch.save({"w": torch.arange(4.0, device="cuda")}, path)
     assert torch.load(path, map_location="cuda:1")["w"].device == torch.device("sim", 1)
-    native = subprocess.run([sys.executable, "-c", f"import torch; print(torch.load({str(path)!r}, map_location='cpu')['w'].sum().item())"],
-                            capture_output=True, text=True, timeout=120, env=_plain_env())
+    code = f"import torch; print(torch.load({str(path)!r}, map_location='cpu')['w'].sum().item())"
+    native = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_plain_env())
     assert native.returncode == 0, native.stderr
     assert float(native.stdout) == 6.0  # loads with plain torch: no torchdevice or sim inside
 

@@ -5,6 +5,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+
 import torchdevice_sim
 
 torchdevice_sim.load()
