@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import torchdevice
+from torchdevice.testing import router_sandbox
+
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 MIB = 1 << 20
@@ -85,6 +88,15 @@ def test_events_time_queued_work(on_sim, sim):
     assert time.perf_counter() - t0 < 0.1 and not end.query()
     torch.cuda.synchronize()
     assert end.query() and 140 <= start.elapsed_time(end) < 2000
+
+
+def test_cuda_sleep_makes_pending_work_as_on_a_gpu(on_sim, sim):
+    cycles = int(sim.get_device_properties(0).clock_rate * 200)  # 200 ms at sim's clock
+    t0 = time.perf_counter()
+    torch.cuda._sleep(cycles)
+    assert time.perf_counter() - t0 < 0.1 and not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert torch.cuda.current_stream().query() and time.perf_counter() - t0 >= 0.19
 
 
 def test_streams_are_sims(on_sim):
@@ -201,3 +213,61 @@ def test_examples_give_the_cpu_backends_numbers_on_sim(tmp_path, name, edits):
     for key, value in results["cpu"].items():
         if key not in skip:
             assert results["sim"][key] == value, key
+
+
+# -- device arguments: the core suite's table of inputs, on an indexed device type ------------------
+
+
+def _as_sim(value, count: int = 2):
+    """``value`` with ``cuda`` read as ``sim`` (index kept), or the exception an out-of-range index raises."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, torch.device):
+        if value.type != "cuda":
+            return value
+        return torch.device("sim", value.index) if value.index is None or value.index < count else RuntimeError
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str):
+        text = str.__str__(value)
+        if text.startswith("cuda"):
+            rest = text[4:]
+            if rest.startswith(":") and rest[1:].isdigit():
+                return f"sim{rest}" if int(rest[1:]) < count else RuntimeError
+            return "sim" + rest
+        return text
+    if type(value) is not bool and type(value).__name__ != "bool_" and hasattr(type(value), "__index__"):
+        index = int(value)
+        if index < 0:
+            return RuntimeError
+        if index >= 2**63:
+            return ValueError
+        return f"sim:{index}" if index < count else RuntimeError
+    return value
+
+
+def _sim_outcome(call, value) -> str:
+    if isinstance(value, type) and issubclass(value, Exception):
+        return value.__name__
+    try:
+        result = call(value)
+    except Exception as error:
+        return next((c.__name__ for c in (TypeError, ValueError, RuntimeError) if isinstance(error, c)), type(error).__name__)
+    return str(result) if isinstance(result, torch.device) else repr(result)
+
+
+@pytest.mark.filterwarnings("ignore:Complex modules")
+def test_device_arguments_behave_as_native_sim_code_with_indices_kept(synced):
+    """The core suite's table (tests/test_device_arguments.py: strings, ordinals, numpy and enum
+    values, real devices, junk) through every device-taking call, translated onto sim and compared
+    with native sim code, device index included."""
+    from test_device_arguments import CALLS, _inputs
+
+    inputs = _inputs()
+    native = {(i, name): _sim_outcome(call, _as_sim(value)) for i, value in enumerate(inputs) for name, call in CALLS.items()}
+    with router_sandbox(), torchdevice.use("sim"), torchdevice.patched():
+        translated = {(i, name): _sim_outcome(call, value) for i, value in enumerate(inputs) for name, call in CALLS.items()}
+    differ = {(repr(inputs[i]), name): (native[i, name], translated[i, name]) for i, name in native
+              if native[i, name] != translated[i, name]}
+    assert not differ
+    assert any(v == "sim:1" for v in translated.values())
