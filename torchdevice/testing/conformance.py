@@ -81,8 +81,12 @@ def check_spec(plugin) -> str:
             f"backend name {spec.name!r} must be letters, digits, '_', '.', '-' (it appears in "
             "TORCHDEVICE_BACKEND and comma-separated NAME=VALUE lists)")
         assert spec.name != _OTHER
-        if not router._known_device_type(spec.device_type):
+        if not router._known_device_type(spec.device_type, spec.privateuse1):
             holder = torch._C._get_privateuse1_backend_name()
+            if spec.privateuse1 is not True:
+                raise AssertionError(
+                    f"device_type {spec.device_type!r} is not a torch device type; a backend that names torch's "
+                    "PrivateUse1 device when it loads declares privateuse1=True")
             raise AssertionError(
                 f"device_type {spec.device_type!r} is not a torch device type, nor free to name torch's PrivateUse1 "
                 f"device (torch.utils.rename_privateuse1_backend; it is claimed as {holder!r})")
