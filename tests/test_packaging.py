@@ -47,7 +47,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = "1.0.0"
 PYPI_UNRELATED = "0.1.3"  #: the highest release of the unrelated project named torchdevice on PyPI
-PLUGINS = ("cuda", "mps", "mtia", "xpu", "mlx")
+PLUGINS = ("cuda", "mps", "mtia", "xpu", "mlx", "sim")
 PROJECTS = {"torchdevice": ROOT, **{f"torchdevice-{p}": ROOT / "plugins" / f"torchdevice-{p}" for p in PLUGINS}}
 VENDOR = ROOT / "examples" / "vendor-plugin"
 ENV_FLAG = "TORCHDEVICE_PACKAGING_TESTS"
@@ -307,6 +307,22 @@ def test_a_program_runs_on_mlx_and_reads_a_value_back(venv, tmp_path):
     )
     proc = _run([venv / "torchdevice", "run", "--backend", "mlx", program], env=_clean_env(), cwd=tmp_path)
     assert proc.stdout.split() == ["MLXTensor", "83.0", "[3.0,", "4.0,", "5.0]"], proc.stdout
+
+
+def test_sim_from_its_wheel_builds_and_runs_a_program_on_its_own_device_type(venv, dist, tmp_path):
+    """``pip install 'torchdevice[sim]'`` as the README says; the first use builds sim's C++ extension
+    from the installed wheel's source (a cache of its own here), and a CUDA program runs on ``sim``."""
+    _run([venv / "python", "-m", "pip", "install", "-q", "--no-compile", "--find-links", dist, "torchdevice[sim]"],
+         env=_clean_env(), cwd=venv)
+    program = tmp_path / "on_sim.py"
+    program.write_text(
+        "import torch\n"
+        "x = torch.arange(6.0, device='cuda:1').reshape(2, 3)\n"
+        "print(x.device, (x @ x.T).sum().item(), torch.cuda.memory_allocated(1) > 0)\n"
+    )
+    env = {**_clean_env(), "TORCHDEVICE_SIM_CACHE": str(tmp_path / "sim-cache")}
+    proc = _run([venv / "torchdevice", "run", "--backend", "sim", program], env=env, cwd=tmp_path)
+    assert proc.stdout.split() == ["sim:1", "83.0", "True"], proc.stdout + proc.stderr
 
 
 def test_all_extra_brings_every_plugin(venv, dist):

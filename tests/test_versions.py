@@ -15,7 +15,7 @@ from packaging.requirements import Requirement  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PLUGINS = ("cuda", "mps", "mtia", "xpu", "mlx")
+PLUGINS = ("cuda", "mps", "mtia", "xpu", "mlx", "sim")
 PYPI_UNRELATED = Version("0.1.3")  #: the highest release of the unrelated project named torchdevice on PyPI
 
 
