@@ -1,7 +1,7 @@
 """Making translated code's tensors MLX-backed (installed by ``torchdevice.translate.patch``).
 
-With the mlx backend active and translation on, a factory given a source
-device (``torch.zeros(..., device="cuda")``), ``Tensor.to("cuda")``,
+With the mlx backend active and translation on, a factory or ``Tensor.new_*`` given a source
+device (``torch.zeros(..., device="cuda")``, ``device=0``), ``Tensor.to("cuda")`` / ``.to(0)``,
 ``.cuda()`` and ``Module.to("cuda")``/``.cuda()`` return
 :class:`~torchdevice_mlx.mlxtensor.MLXTensor`. A *source* device is a string or
 ``torch.device`` naming a translated type, or the device object translation
@@ -24,19 +24,23 @@ from .mlxtensor import MLXTensor
 _sources: frozenset = frozenset()
 
 
-def is_source(dev) -> bool:
-    """Whether device argument ``dev`` asks for the translated (MLX) device."""
+def is_source(dev: object) -> bool:
+    """Whether device argument ``dev`` asks for the translated (MLX) device: a source device's name
+    or ``torch.device``, a bare ordinal (``device=0``, ``.to(rank)``: the accelerator's, as
+    ``torch.device(0)`` is ``cuda:0``), or the device object translation returned for one."""
     if dev is None:
         return False
     from torchdevice import devices
 
     if dev is devices.host_target:
         return True
+    if isinstance(dev, bytes):
+        dev = dev.decode()
     if isinstance(dev, str):
         return dev.split(":")[0] in _sources
     if isinstance(dev, torch.device):
         return dev.type in _sources
-    return False
+    return devices.ordinal(dev) is not None
 
 
 class ToMLX(torch.autograd.Function):
@@ -72,7 +76,7 @@ def _factory(fn):
     @functools.wraps(fn)
     def factory(*args, **kwargs):
         out = fn(*args, **kwargs)
-        if is_source(kwargs.get("device")) and isinstance(out, torch.Tensor):
+        if is_source(kwargs.get("device")) and isinstance(out, torch.Tensor) and not isinstance(out, MLXTensor):
             wrapped = MLXTensor(array_from_torch(out))
             return wrapped.requires_grad_() if out.requires_grad else wrapped
         return out
@@ -191,6 +195,8 @@ def _compile(inner):
 
 def install(patcher, target) -> None:
     """Wrap factories and moves so source devices give MLXTensor (see the module docstring)."""
+    from torchdevice import devices
+
     global _sources
     _sources = frozenset(target.sources)
     # wrap what the core's translation installs (staged, so read through the patcher)
@@ -198,6 +204,8 @@ def install(patcher, target) -> None:
         fn = patcher.get(torch, name)
         if fn is not None:
             patcher.set(torch, name, _factory(fn))
+    for name in devices.TENSOR_NEW:  # host_tensor.new_zeros(..., device="cuda")
+        patcher.set(torch.Tensor, name, _factory(patcher.get(torch.Tensor, name)))
     patcher.set(torch, "compile", _compile(patcher.get(torch, "compile")))
     patcher.set(torch.Tensor, "to", _tensor_to(patcher.get(torch.Tensor, "to")))
     patcher.set(torch.nn.Module, "to", _module_to(patcher.get(torch.nn.Module, "to")))
