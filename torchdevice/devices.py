@@ -202,6 +202,8 @@ class _ProxyMeta(type):
 class _DeviceMeta(_ProxyMeta):
     def __call__(cls, *args, **kwargs):
         single = not kwargs and len(args) == 1
+        if single and args[0] is host_target:
+            return host_target  # torch.device(dev) of the object a source device mapped to stays that object
         if single and type(args[0]) in _CACHEABLE:
             try:
                 result = _device_cache[args[0]]

@@ -151,3 +151,61 @@ def test_device_map_ordinal_loads_on_mlx():
         got = model(x.to(0))
         assert isinstance(got, MLXTensor)
     torch.testing.assert_close(got.cpu(), native)
+
+
+def test_torch_device_of_a_translated_device_keeps_it(mlx_cuda):
+    """Libraries normalise devices with ``torch.device(dev)`` (accelerate, transformers, Lightning)."""
+    dev = torch.device(torch.device("cuda"))
+    assert isinstance(torch.zeros(2, device=dev), MLXTensor)
+    assert type(torch.zeros(2, device=torch.device(torch.device("cpu")))) is torch.Tensor
+
+
+# -- Lightning / Fabric (emulated: lightning is not installed here; tests/frameworks runs the real one) ----
+
+
+class _FakeCPUAccelerator:
+    """Stands in for lightning's CPUAccelerator (the translated accelerator's base on a host target)."""
+
+
+class _FakeCUDAAccelerator:
+    @staticmethod
+    def parse_devices(devices: object) -> list[int]:
+        return list(range(torch.cuda.device_count())) if devices == "auto" else list(devices)  # type: ignore[call-overload]
+
+
+class _FakeFabricCUDA:
+    @staticmethod
+    def _check_cuda_matmul_precision(index: int) -> None:
+        pass
+
+
+def _fabric_steps(root: object) -> list[float]:
+    """What Fabric / a SingleDeviceStrategy does with its root device: ``module.to(root)``, ``batch.to(root)``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1)).to(root)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    batch = torch.randn(16, 6), torch.randn(16, 1)
+    losses = []
+    for _ in range(3):
+        x, y = (t.to(root, non_blocking=True) for t in batch)
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert isinstance(root, str) or isinstance(loss, MLXTensor) and isinstance(model[0].weight, MLXTensor)
+        losses.append(loss.item())
+    return losses
+
+
+def test_lightning_accelerator_places_on_mlx():
+    from torchdevice.integrations.lightning import make_accelerator
+
+    native = _fabric_steps("cpu")
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        from torchdevice import translate
+
+        accelerator = make_accelerator(_FakeCPUAccelerator, _FakeCUDAAccelerator, _FakeFabricCUDA, translate.target())
+        (root,) = accelerator.get_parallel_devices([0])
+        accelerator().setup_device(root)
+        translated = _fabric_steps(root)
+    assert translated == pytest.approx(native, abs=1e-5)
