@@ -7,6 +7,10 @@ seed, and must give an MLXTensor with the native values.
 from __future__ import annotations
 
 import enum
+import json
+import subprocess
+import sys
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -209,3 +213,92 @@ def test_lightning_accelerator_places_on_mlx():
         accelerator().setup_device(root)
         translated = _fabric_steps(root)
     assert translated == pytest.approx(native, abs=1e-5)
+
+
+# -- factories beyond the common ones, and a translated default device --------------------------
+
+MORE_FACTORIES: dict[str, Callable[[object], torch.Tensor]] = {
+    "hann_window": lambda d: torch.hann_window(8, device=d),
+    "scalar_tensor": lambda d: torch.scalar_tensor(3.5, device=d),
+    "asarray": lambda d: torch.asarray([1.0, 2.0], device=d),
+    "empty_permuted": lambda d: torch.empty_permuted((2, 3), (1, 0), device=d).fill_(2.0),
+}
+
+
+@pytest.mark.parametrize("case", list(MORE_FACTORIES))
+def test_every_translated_factory_places_on_mlx(case: str):
+    expected = _native(MORE_FACTORIES[case])
+    got = _translated(MORE_FACTORIES[case], "cuda")
+    assert isinstance(got, MLXTensor), f"torch.{case}(device='cuda') left a {type(got).__name__} on the host"
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def _built_under_default_device() -> tuple[torch.Tensor, torch.Tensor, nn.Module]:
+    torch.manual_seed(0)
+    return torch.randn(3, 4), torch.arange(4.0), nn.Linear(4, 2)
+
+
+def test_set_default_device_cuda_places_on_mlx():
+    torch.set_default_device("cpu")
+    try:
+        native = _built_under_default_device()
+    finally:
+        torch.set_default_device(None)
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        torch.set_default_device("cuda")
+        try:
+            x, r, model = _built_under_default_device()
+            assert isinstance(x, MLXTensor) and isinstance(r, MLXTensor) and isinstance(model.weight, MLXTensor)
+            got = model(x + r)
+        finally:
+            torch.set_default_device(None)
+        assert type(torch.zeros(1)) is torch.Tensor  # default device reset: host tensors again
+    torch.testing.assert_close(got.cpu(), native[2](native[0] + native[1]))
+
+
+def test_with_torch_device_cuda_places_on_mlx(mlx_cuda):
+    with torch.device("cuda"):
+        torch.manual_seed(0)
+        model, x = nn.Linear(4, 2), torch.randn(3, 4)
+        explicit_host = torch.zeros(2, device="cpu")
+    assert isinstance(model.weight, MLXTensor) and isinstance(x, MLXTensor)
+    assert type(explicit_host) is torch.Tensor
+    with torch.device("cpu"):
+        assert type(torch.zeros(2)) is torch.Tensor  # the program's own host device is not translated
+    torch.manual_seed(0)
+    native_model, native_x = nn.Linear(4, 2), torch.randn(3, 4)
+    torch.testing.assert_close(model(x).cpu(), native_model(native_x).detach())
+
+
+# -- what stays on the host is said: a one-time warning and the run report -----------------------
+
+
+def test_a_placement_mlx_cannot_hold_warns_once_and_is_counted(mlx_cuda):
+    from torchdevice_mlx.translation import HostPlacementWarning, host_placements, reset_host_placements
+
+    reset_host_placements()
+    indices, values = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
+    with pytest.warns(HostPlacementWarning, match="sparse_coo_tensor"), torch.sparse.check_sparse_tensor_invariants():
+        first = torch.sparse_coo_tensor(indices, values, (2, 2), device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HostPlacementWarning)  # once per api
+        torch.sparse_coo_tensor(indices, values, (2, 2), device="cuda")
+    assert first.is_sparse and not isinstance(first, MLXTensor)
+    torch.testing.assert_close(first.to_dense(), torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
+    assert host_placements() == {"torch.sparse_coo_tensor(device=)": 2}
+
+
+def test_host_placements_are_listed_by_the_run_report(tmp_path):
+    script = tmp_path / "sparse.py"
+    script.write_text("import torch\n"
+                      "i, v = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])\n"
+                      "s = torch.sparse_coo_tensor(i, v, (2, 2), device='cuda')\n"
+                      "d = torch.ones(2, 2, device=0)\n"
+                      "print(float((s.to_dense() + d.cpu()).sum()))\n")
+    report = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "torchdevice", "run", "--backend", "mlx", "--report", str(report),
+                           str(script)], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip() == "7.0"
+    assert done.stderr.count("HostPlacementWarning") == 1
+    sections = json.loads(report.read_text())["sections"]
+    assert sections["mlx: device placements left on the host (plain CPU tensors)"] == {"torch.sparse_coo_tensor(device=)": 1}
