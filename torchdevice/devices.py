@@ -40,6 +40,7 @@ import copyreg
 import functools
 import operator
 import sys
+from typing import Any
 
 import torch
 import torch.nn
@@ -91,7 +92,7 @@ def _mapped_index(index):
     return _Device(t.device_type) if index is None else _Device(t.device_type, index)
 
 
-def ordinal(device: object) -> int | None:
+def ordinal(device: Any) -> int | None:
     """``device`` as a bare device ordinal (int, IntEnum, numpy integer), else None.
 
     A bare ordinal is the accelerator's (``torch.device(0)`` is ``cuda:0``), so translation maps
