@@ -4,9 +4,15 @@ With the mlx backend active and translation on, a factory or ``Tensor.new_*`` gi
 device (``torch.zeros(..., device="cuda")``, ``device=0``), ``Tensor.to("cuda")`` / ``.to(0)``,
 ``.cuda()`` and ``Module.to("cuda")``/``.cuda()`` return
 :class:`~torchdevice_mlx.mlxtensor.MLXTensor`. A *source* device is a string or
-``torch.device`` naming a translated type, or the device object translation
+``torch.device`` naming a translated type, a bare ordinal (the accelerator's, as
+``torch.device(0)`` is ``cuda:0``), or the device object translation
 returned for one (:data:`torchdevice.devices.host_target`: identity tells it
 from a program's own ``torch.device("cpu")``, which stays a plain host tensor).
+Under a translated default device (``torch.set_default_device("cuda")``,
+``with torch.device("cuda"):``) factories given no device return MLXTensors too.
+A placement MLX cannot hold (sparse, quantized, nested) stays on the host: it
+warns once per API (:class:`HostPlacementWarning`) and is counted
+(:func:`host_placements`, a ``run --report`` section).
 ``MLXTensor.cpu()`` / ``.to("cpu")`` return plain host tensors. Moves are
 autograd functions, so gradients flow across them. ``torch.compile`` of an
 ``nn.Module`` with ``backend="mlx"`` or torch's default compiles it with MLX
