@@ -40,6 +40,7 @@ import copyreg
 import functools
 import operator
 import sys
+from typing import Any
 
 import torch
 import torch.nn
@@ -91,11 +92,12 @@ def _mapped_index(index):
     return _Device(t.device_type) if index is None else _Device(t.device_type, index)
 
 
-def _ordinal(device):
+def ordinal(device: Any) -> int | None:
     """``device`` as a bare device ordinal (int, IntEnum, numpy integer), else None.
 
-    bool, float and tensors are not ordinals: torch rejects them (TypeError) or reads them
-    as something else, so they are left to torch.
+    A bare ordinal is the accelerator's (``torch.device(0)`` is ``cuda:0``), so translation maps
+    it as a source device. bool, float and tensors are not ordinals: torch rejects them
+    (TypeError) or reads them as something else, so they are left to torch.
     """
     cls = type(device)
     if cls is bool or cls.__name__ == "bool_" or isinstance(device, torch.Tensor):
@@ -120,7 +122,7 @@ def _compute(device):
     elif isinstance(device, (str, bytes)):
         real = _Device(device.decode() if isinstance(device, bytes) else str.__str__(device))
     else:
-        index = _ordinal(device)
+        index = ordinal(device)
         if index is None:
             return device, False  # not a device argument we know: leave it to torch
         return _map_ordinal(index), True
@@ -201,6 +203,8 @@ class _ProxyMeta(type):
 class _DeviceMeta(_ProxyMeta):
     def __call__(cls, *args, **kwargs):
         single = not kwargs and len(args) == 1
+        if single and args[0] is host_target:
+            return host_target  # torch.device(dev) of the object a source device mapped to stays that object
         if single and type(args[0]) in _CACHEABLE:
             try:
                 result = _device_cache[args[0]]
@@ -210,11 +214,11 @@ class _DeviceMeta(_ProxyMeta):
                 if trace.active:
                     _note(args[0], "torch.device")
                 return result
-        if single and _ordinal(args[0]) is not None:
+        if single and ordinal(args[0]) is not None:
             # torch.device(0) / torch.device(local_rank): the accelerator's ordinal
             if trace.active:
                 trace.note("torch.device", "translated")
-            real = _map_ordinal(_ordinal(args[0]))
+            real = _map_ordinal(ordinal(args[0]))
             if type(args[0]) is int and len(_device_cache) < 4096:
                 _device_cache[args[0]] = real
             return real
@@ -315,7 +319,7 @@ def _positional_device(fn, api):
                     mapped = cache[first]
                 except KeyError:
                     mapped = map_device(first)
-            elif isinstance(first, (str, bytes)) or _ordinal(first) is not None:
+            elif isinstance(first, (str, bytes)) or ordinal(first) is not None:
                 mapped = map_device(first)  # str/int subclasses (enums), numpy scalars, bytes
             else:
                 mapped = first  # a dtype, a tensor, or a type torch rejects itself

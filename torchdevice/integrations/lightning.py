@@ -22,6 +22,10 @@ on an MPS target) that answers like CUDA's where the program can tell:
 * the Trainer's "GPU available: True (cuda), used: ..." line says the GPU is
   used, translated, instead of warning that it is not.
 
+The devices Lightning places the model and batches on (``fabric.device``, the strategy's
+``root_device``) are the very objects translation returns for ``cuda:N``, so they hold what the
+program's own ``cuda`` tensors hold (MLX tensors on the mlx backend, not plain host tensors).
+
 Checkpoints hold the target's tensors (plain CPU tensors on a CPU target), so
 they load with plain ``torch.load``.
 """
@@ -60,14 +64,27 @@ def _local_index() -> int:
     return index if 0 <= index < torch.cuda.device_count() else 0
 
 
+def _plain_device(target: Any, index: int) -> Any:
+    """The target's device ``index`` as a plain ``torch.device`` (translation off)."""
+    from ..vocabulary import RealDevice
+
+    return RealDevice(target.device_type, index) if target.indexed else RealDevice(target.device_type)
+
+
 def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) -> type:
     """Lightning's accelerator for CUDA-written code on ``target``, derived from ``base``."""
     import torch
 
     device_type = target.device_type
 
-    def _device(index: int):
-        return torch.device(device_type, index) if target.indexed else torch.device(device_type)
+    def _device(index: int) -> Any:
+        """Where translation puts the program's ``cuda:index``: the very device object, as a backend that
+        tells its devices from the host's by identity (mlx: tensors placed there are MLX tensors) needs."""
+        if current_target() is None:
+            return _plain_device(target, index)  # translation off: nothing to map
+        from .. import devices
+
+        return devices.map_device(f"cuda:{index}")
 
     class TranslatedCUDAAccelerator(base):  # type: ignore[misc, valid-type]
         __doc__ = (f"Lightning's accelerator for CUDA-written code translated by torchdevice to backend "

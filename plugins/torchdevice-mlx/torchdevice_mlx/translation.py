@@ -1,12 +1,18 @@
 """Making translated code's tensors MLX-backed (installed by ``torchdevice.translate.patch``).
 
-With the mlx backend active and translation on, a factory given a source
-device (``torch.zeros(..., device="cuda")``), ``Tensor.to("cuda")``,
+With the mlx backend active and translation on, a factory or ``Tensor.new_*`` given a source
+device (``torch.zeros(..., device="cuda")``, ``device=0``), ``Tensor.to("cuda")`` / ``.to(0)``,
 ``.cuda()`` and ``Module.to("cuda")``/``.cuda()`` return
 :class:`~torchdevice_mlx.mlxtensor.MLXTensor`. A *source* device is a string or
-``torch.device`` naming a translated type, or the device object translation
+``torch.device`` naming a translated type, a bare ordinal (the accelerator's, as
+``torch.device(0)`` is ``cuda:0``), or the device object translation
 returned for one (:data:`torchdevice.devices.host_target`: identity tells it
 from a program's own ``torch.device("cpu")``, which stays a plain host tensor).
+Under a translated default device (``torch.set_default_device("cuda")``,
+``with torch.device("cuda"):``) factories given no device return MLXTensors too.
+A placement MLX cannot hold (sparse, quantized, nested) stays on the host: it
+warns once per API (:class:`HostPlacementWarning`) and is counted
+(:func:`host_placements`, a ``run --report`` section).
 ``MLXTensor.cpu()`` / ``.to("cpu")`` return plain host tensors. Moves are
 autograd functions, so gradients flow across them. ``torch.compile`` of an
 ``nn.Module`` with ``backend="mlx"`` or torch's default compiles it with MLX
@@ -15,8 +21,13 @@ autograd functions, so gradients flow across them. ``torch.compile`` of an
 from __future__ import annotations
 
 import functools
+import threading
+import warnings
+from collections import Counter
+from typing import Any
 
 import torch
+import torch.utils._device
 
 from .conversion import array_from_torch
 from .mlxtensor import MLXTensor
@@ -24,19 +35,76 @@ from .mlxtensor import MLXTensor
 _sources: frozenset = frozenset()
 
 
-def is_source(dev) -> bool:
-    """Whether device argument ``dev`` asks for the translated (MLX) device."""
+class HostPlacementWarning(UserWarning):
+    """A translated program placed a tensor on its device and it stayed a plain host tensor (torch on the CPU)."""
+
+
+_left: Counter = Counter()  # api -> how many tensors placed on the translated device stayed on the host
+_left_lock = threading.Lock()
+
+
+def host_placements() -> dict[str, int]:
+    """Placements on the translated device that gave plain host tensors, not MLX ones (api -> count)."""
+    with _left_lock:
+        return dict(_left)
+
+
+def reset_host_placements() -> None:
+    with _left_lock:
+        _left.clear()
+
+
+def _left_on_host(api: str, t: torch.Tensor) -> None:
+    """Count (and warn once per api) a tensor placed on the translated device that stays on the host."""
+    with _left_lock:
+        first = api not in _left
+        _left[api] += 1
+    if first:
+        warnings.warn(f"torchdevice mlx: {api} made a {t.layout} tensor for the program's device that MLX cannot hold; "
+                      "it stays a plain host tensor and its ops run in torch on the CPU", HostPlacementWarning, stacklevel=3)
+
+
+try:  # `torchdevice run --report` lists them (a core without the hook just has no section)
+    from torchdevice import trace as _trace
+
+    _trace.add_section("mlx: device placements left on the host (plain CPU tensors)", host_placements)
+except (ImportError, AttributeError):
+    pass
+
+
+def _holdable(t: torch.Tensor) -> bool:
+    """Whether MLX can hold ``t``'s data (a dense tensor)."""
+    return t.layout == torch.strided and not t.is_quantized and not t.is_nested
+
+
+def _placed(out: Any, api: str) -> Any:
+    """A factory's result for the translated device: an MLXTensor, or noted as left on the host."""
+    if not isinstance(out, torch.Tensor) or isinstance(out, MLXTensor):
+        return out
+    if not _holdable(out):
+        _left_on_host(api, out)
+        return out
+    wrapped = MLXTensor(array_from_torch(out))
+    return wrapped.requires_grad_() if out.requires_grad else wrapped
+
+
+def is_source(dev: object) -> bool:
+    """Whether device argument ``dev`` asks for the translated (MLX) device: a source device's name
+    or ``torch.device``, a bare ordinal (``device=0``, ``.to(rank)``: the accelerator's, as
+    ``torch.device(0)`` is ``cuda:0``), or the device object translation returned for one."""
     if dev is None:
         return False
     from torchdevice import devices
 
     if dev is devices.host_target:
         return True
+    if isinstance(dev, bytes):
+        dev = dev.decode()
     if isinstance(dev, str):
         return dev.split(":")[0] in _sources
     if isinstance(dev, torch.device):
         return dev.type in _sources
-    return False
+    return devices.ordinal(dev) is not None
 
 
 class ToMLX(torch.autograd.Function):
@@ -68,15 +136,27 @@ def to_mlx_tensor(t: torch.Tensor) -> torch.Tensor:
     return ToMLX.apply(t)
 
 
-def _factory(fn):
+def _factory(fn, api: str):
     @functools.wraps(fn)
     def factory(*args, **kwargs):
         out = fn(*args, **kwargs)
-        if is_source(kwargs.get("device")) and isinstance(out, torch.Tensor):
-            wrapped = MLXTensor(array_from_torch(out))
-            return wrapped.requires_grad_() if out.requires_grad else wrapped
-        return out
+        return _placed(out, api) if is_source(kwargs.get("device")) else out
     return factory
+
+
+def _device_context(inner):
+    """``DeviceContext.__torch_function__`` (``torch.set_default_device("cuda")``, ``with torch.device("cuda")``):
+    a factory given no device under a translated default device gives an MLXTensor."""
+    @functools.wraps(inner)
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torchdevice import devices
+
+        injected = not (kwargs or {}).get("device") and self.device is devices.host_target
+        out = inner(self, func, types, args, kwargs)
+        if injected and func in torch.utils._device._device_constructors():
+            return _placed(out, f"torch.{getattr(func, '__name__', func)} under a default device")
+        return out
+    return __torch_function__
 
 
 def _tensor_to(inner):
@@ -159,12 +239,6 @@ def _module_to(inner):
     return to
 
 
-_FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor",
-              "as_tensor", "eye", "linspace", "logspace", "zeros_like", "ones_like", "empty_like",
-              "full_like", "rand_like", "randn_like", "randint_like", "randperm", "empty_strided",
-              "normal", "tril_indices", "triu_indices")
-
-
 #: torch.compile backends an nn.Module is compiled with by MLX under the mlx backend: "mlx", and torch's
 #: default, inductor, which cannot compile MLX tensors (the program asked for its device's compiler)
 MLX_COMPILE_BACKENDS = ("mlx", "inductor")
@@ -191,13 +265,19 @@ def _compile(inner):
 
 def install(patcher, target) -> None:
     """Wrap factories and moves so source devices give MLXTensor (see the module docstring)."""
+    from torchdevice import devices
+
     global _sources
     _sources = frozenset(target.sources)
     # wrap what the core's translation installs (staged, so read through the patcher)
-    for name in _FACTORIES:
+    for name in devices.FACTORIES:  # every factory whose device= translation maps
         fn = patcher.get(torch, name)
         if fn is not None:
-            patcher.set(torch, name, _factory(fn))
+            patcher.set(torch, name, _factory(fn, f"torch.{name}(device=)"))
+    context = torch.utils._device.DeviceContext
+    patcher.set(context, "__torch_function__", _device_context(patcher.get(context, "__torch_function__")))
+    for name in devices.TENSOR_NEW:  # host_tensor.new_zeros(..., device="cuda")
+        patcher.set(torch.Tensor, name, _factory(patcher.get(torch.Tensor, name), f"Tensor.{name}(device=)"))
     patcher.set(torch, "compile", _compile(patcher.get(torch, "compile")))
     patcher.set(torch.Tensor, "to", _tensor_to(patcher.get(torch.Tensor, "to")))
     patcher.set(torch.nn.Module, "to", _module_to(patcher.get(torch.nn.Module, "to")))
