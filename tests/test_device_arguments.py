@@ -55,15 +55,22 @@ def _inputs() -> list:
     return fixed + drawn
 
 
-def _as_native(value, count: int):
-    """``value`` with the source family read as the target (cpu, ``count`` devices); or a marker
-    that an out-of-range index must raise."""
+def _as_native(value, count: int, target: str = "cpu", indexed: bool = False):
+    """``value`` with the source family read as the target (``target``, ``count`` devices; the index
+    kept where the target's tensors carry one, ``indexed``); or a marker that an out-of-range index
+    must raise. The sim plugin's tests use it with ``target="sim", indexed=True``."""
+
+    def device(index: int | None):
+        return target if index is None or not indexed else f"{target}:{index}"
+
     if isinstance(value, torch.Tensor):
         return value  # not a device ordinal: torch decides
     if isinstance(value, RealDevice):
         if value.type != "cuda":
             return value
-        return "cpu" if value.index is None or value.index < count else RuntimeError
+        if value.index is not None and value.index >= count:
+            return RuntimeError
+        return RealDevice(target, value.index) if indexed else target
     if isinstance(value, bytes):
         value = value.decode()
     if isinstance(value, str):
@@ -71,8 +78,8 @@ def _as_native(value, count: int):
         if text.startswith("cuda"):
             rest = text[4:]
             if rest.startswith(":") and rest[1:].isdigit():
-                return "cpu" if int(rest[1:]) < count else RuntimeError
-            return "cpu" + rest
+                return device(int(rest[1:])) if int(rest[1:]) < count else RuntimeError
+            return target + rest
         return text
     if type(value) is not bool and type(value).__name__ != "bool_" and hasattr(type(value), "__index__"):
         index = int(value)
@@ -80,7 +87,7 @@ def _as_native(value, count: int):
             return RuntimeError
         if index >= 2**63:
             return ValueError
-        return "cpu" if index < count else RuntimeError
+        return device(index) if index < count else RuntimeError
     return value
 
 

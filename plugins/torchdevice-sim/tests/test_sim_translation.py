@@ -218,34 +218,6 @@ def test_examples_give_the_cpu_backends_numbers_on_sim(tmp_path, name, edits):
 # -- device arguments: the core suite's table of inputs, on an indexed device type ------------------
 
 
-def _as_sim(value, count: int = 2):
-    """``value`` with ``cuda`` read as ``sim`` (index kept), or the exception an out-of-range index raises."""
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, torch.device):
-        if value.type != "cuda":
-            return value
-        return torch.device("sim", value.index) if value.index is None or value.index < count else RuntimeError
-    if isinstance(value, bytes):
-        value = value.decode()
-    if isinstance(value, str):
-        text = str.__str__(value)
-        if text.startswith("cuda"):
-            rest = text[4:]
-            if rest.startswith(":") and rest[1:].isdigit():
-                return f"sim{rest}" if int(rest[1:]) < count else RuntimeError
-            return "sim" + rest
-        return text
-    if type(value) is not bool and type(value).__name__ != "bool_" and hasattr(type(value), "__index__"):
-        index = int(value)
-        if index < 0:
-            return RuntimeError
-        if index >= 2**63:
-            return ValueError
-        return f"sim:{index}" if index < count else RuntimeError
-    return value
-
-
 def _sim_outcome(call, value) -> str:
     if isinstance(value, type) and issubclass(value, Exception):
         return value.__name__
@@ -261,10 +233,11 @@ def test_device_arguments_behave_as_native_sim_code_with_indices_kept(synced):
     """The core suite's table (tests/test_device_arguments.py: strings, ordinals, numpy and enum
     values, real devices, junk) through every device-taking call, translated onto sim and compared
     with native sim code, device index included."""
-    from test_device_arguments import CALLS, _inputs
+    from test_device_arguments import CALLS, _as_native, _inputs
 
     inputs = _inputs()
-    native = {(i, name): _sim_outcome(call, _as_sim(value)) for i, value in enumerate(inputs) for name, call in CALLS.items()}
+    native = {(i, name): _sim_outcome(call, _as_native(value, 2, "sim", indexed=True))
+              for i, value in enumerate(inputs) for name, call in CALLS.items()}
     with router_sandbox(), torchdevice.use("sim"), torchdevice.patched():
         translated = {(i, name): _sim_outcome(call, value) for i, value in enumerate(inputs) for name, call in CALLS.items()}
     differ = {(repr(inputs[i]), name): (native[i, name], translated[i, name]) for i, name in native
