@@ -245,12 +245,16 @@ class Fallback:
                 _RNG_LOCK.release()
         return _map(lambda v: self.to_device(v, views, device), result)
 
-    def to_device(self, value: Any, views: dict, device: int) -> Any:
+    def to_device(self, value: Any, views: dict, device: int, like: Tensor | None = None) -> Any:
         if not isinstance(value, Tensor):
             return value
         original = views.get(id(value))
         if original is not None:
             return original
+        if like is not None:
+            out = torch.empty_strided(like.size(), like.stride(), dtype=value.dtype, device=torch.device(self.device_type, device))
+            self.C.host_view(out).copy_(value)
+            return out
         out = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype,
                                   device=torch.device(self.device_type, device)) if _dense(value) else \
             torch.empty(value.size(), dtype=value.dtype, device=torch.device(self.device_type, device))
@@ -298,7 +302,9 @@ class Fallback:
             with self.lent_cpu_generator(device, dropout_p):
                 grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
                     grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=bias, scale=scale)
-            moved = [self.to_device(g, {}, device) if want else None for g, want in zip(grads, mask)]
+            # the strides the op's meta kernel gives (what torch.compile's fake tensors promised)
+            metas = self.meta(aten._scaled_dot_product_fused_attention_overrideable_backward.default, args, kwargs)
+            moved = [self.to_device(g, {}, device, like=m) if want else None for g, want, m in zip(grads, mask, metas)]
             return (*moved, None)
         q, k, v = host[:3]
         bias = host[3] if len(host) > 3 else kwargs.get("attn_bias")
@@ -306,9 +312,19 @@ class Fallback:
         is_causal = host[5] if len(host) > 5 else kwargs.get("is_causal", False)
         with self.lent_cpu_generator(device, dropout_p):
             out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, attn_mask=bias, scale=scale)
-        empty = torch.empty(0, device=torch.device(self.device_type, device))
-        return (self.to_device(out, {}, device), self.to_device(lse, {}, device), empty, empty,
-                q.shape[2], k.shape[2], empty, empty, empty)
+        # every output as the op's meta kernel shapes it (what torch.compile's fake tensors promised);
+        # those the CPU kernel does not make (sequence offsets, philox state, debug mask) stay uninitialised
+        metas = self.meta(aten._scaled_dot_product_fused_attention_overrideable.default, args, kwargs)
+        computed = {0: out, 1: lse}
+        results: list[Any] = []
+        for index, meta in enumerate(metas):
+            if not isinstance(meta, Tensor):
+                results.append({4: q.shape[2], 5: k.shape[2]}.get(index, meta))  # max_q, max_k; None as is
+            elif index in computed:
+                results.append(self.to_device(computed[index], {}, device, like=meta))
+            else:
+                results.append(self.allocate(meta))
+        return tuple(results)
 
     def convolution(self, name: str, device: int, *args: Any) -> Any:
         """The convolution ops a non-CPU device type must provide, queued as the CPU's convolutions."""

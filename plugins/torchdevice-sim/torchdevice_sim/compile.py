@@ -37,7 +37,32 @@ def register() -> None:
     register_device_op_overrides(runtime.DEVICE_TYPE, _device_ops())
     _fake_mode_keeps_constants_on_host()
     _scheduler_treats_sim_as_cpu()
+    _backend_of_sim_is_cpp()
     _registered = True
+
+
+def _backend_of_sim_is_cpp() -> None:
+    """Inductor names the code generator of a device type (``get_current_backend``: "cpp" for the CPU,
+    "triton" for every type it does not know), and types its kernels' variables by that name. sim's kernels
+    are the CPU's C++ ones, so it answers "cpp" for sim; without that, an indexing bounds check (nanoGPT's
+    embedding lookups) meets an untyped variable. Patched in the modules that imported the function."""
+    import torch._inductor.codegen.common as common
+    import torch._inductor.utils as utils
+
+    original = utils.get_current_backend
+    if getattr(original, "_sim", False):
+        return
+
+    def get_current_backend(device_type: str | None = None) -> str:
+        if device_type is None:
+            from torch._inductor.virtualized import V
+
+            device_type = V.graph.get_current_device_or_throw().type
+        return "cpp" if device_type == runtime.DEVICE_TYPE else original(device_type)
+
+    get_current_backend._sim = True  # type: ignore[attr-defined]
+    for module in (utils, common):
+        module.get_current_backend = get_current_backend  # type: ignore[attr-defined]
 
 
 def _scheduler_treats_sim_as_cpu() -> None:

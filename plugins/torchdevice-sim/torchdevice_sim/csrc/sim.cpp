@@ -785,8 +785,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  // The CPU's choice depends on shapes, strides, dtypes and whether grads are wanted: ask it with
-  // uninitialised CPU tensors of the same metadata.
+  // The CPU's choice depends on shapes, strides, dtypes and whether grads are wanted, never on where the
+  // memory is: ask it with uninitialised CPU tensors of the same metadata. Python dispatch is excluded so
+  // that tracing modes (torch.compile's fake tensors) see no extra op; symbolic shapes get the math kernel.
+  for (const auto* t : {&query, &key, &value}) {
+    if (t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return static_cast<int64_t>(sdp::SDPBackend::math);
+  }
+  c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::PreDispatch}));
   auto like = [](const at::Tensor& t) {
     auto cpu = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
     return t.requires_grad() ? cpu.set_requires_grad(true) : cpu;
