@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import types
 import weakref
 
 import torch
@@ -74,7 +75,7 @@ def _is_ours(code) -> bool:
 
 def program_frame(skip: int = 1):
     """The innermost frame of the program (not torch's, torchdevice's, a plugin's or the stdlib's), or None."""
-    frame = sys._getframe(skip)
+    frame: types.FrameType | None = sys._getframe(skip)
     while frame is not None and _is_ours(frame.f_code):
         frame = frame.f_back
     return frame
