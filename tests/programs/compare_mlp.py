@@ -1,4 +1,9 @@
-"""A small CUDA-written program for `torchdevice compare`: a two-block MLP, a few training steps, losses printed."""
+"""A small CUDA-written program for `torchdevice compare`: a two-block MLP, a few training steps, losses printed.
+
+``python compare_mlp.py [WIDTH DEPTH STEPS BATCH]`` (default 16 2 3 32; the benchmark runs a bigger one).
+"""
+import sys
+
 import torch
 import torch.nn as nn
 
@@ -27,13 +32,14 @@ class Net(nn.Module):
         return self.head(x)
 
 
+width, depth, steps, batch = (int(a) for a in (sys.argv[1:] + ["16", "2", "3", "32"][len(sys.argv) - 1:])[:4])
 torch.manual_seed(0)
 device = torch.device("cuda")
-model = Net().to(device)
+model = Net(width, depth).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
-x = torch.randn(32, 16, device=device)
-y = torch.randn(32, 1, device=device)
-for step in range(3):
+x = torch.randn(batch, width, device=device)
+y = torch.randn(batch, 1, device=device)
+for step in range(steps):
     loss = nn.functional.mse_loss(model(x), y)
     opt.zero_grad()
     loss.backward()

@@ -1,8 +1,8 @@
 """``--level module``: two independent runs, every module's outputs recorded and compared by module path.
 
-For programs whose control flow lockstep would change (data-dependent branches, early stopping): each backend
-runs the program in a process of its own (``python -m torchdevice.compare.modules --backend X --out F
-PROGRAM...``), forward hooks record each module call's tensor outputs (host copies) under
+For programs whose control flow lockstep would change (data-dependent branches, early stopping): B runs the
+program in this process while the reference runs it, at the same time, in a process of its own (``python -m
+torchdevice.compare.modules --backend A --out F PROGRAM...``); forward hooks record each module call's tensor outputs (host copies) under
 ``<module path>#<call number>``, and the parent compares the two records in the order the modules finished.
 The errors are accumulated: a module's output carries every earlier difference.
 """
@@ -45,20 +45,24 @@ class _Recorder(ModuleTracker):
             self.records[f"{path}#{n}"] = tensors
 
 
-def record(backend: str, program: list[str], module: bool, out: str, limit: int = 100_000) -> int:
-    """Run the program translated on ``backend`` with module outputs recorded; save them to ``out``."""
+def record(backend: str, program: list[str], module: bool, out: str | None = None, limit: int = 100_000) -> tuple[int, dict]:
+    """Run the program translated on ``backend`` with module outputs recorded: (exit status, records); the
+    records are also saved to ``out`` when given (the reference's process hands them over that way)."""
+    import torchdevice
+
     from .. import run as run_mod
 
     recorder = _Recorder(limit)
     status = 0
     try:
-        with recorder:
+        with torchdevice.use(backend), recorder:
             status = run_mod.run(program[0], program[1:], module=module, backend=backend)
     except SystemExit as exc:
         status = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     finally:
-        torch.save({"status": status, "records": recorder.records}, out)
-    return status
+        if out is not None:
+            torch.save({"status": status, "records": recorder.records}, out)
+    return status, recorder.records
 
 
 def compare_records(ref: dict, out: dict, rtol: float | None = None, atol: float | None = None) -> tuple[list, dict | None]:
@@ -91,24 +95,25 @@ def compare_records(ref: dict, out: dict, rtol: float | None = None, atol: float
 
 def run_both(backends: tuple[str, str], program: list[str], module: bool, rtol: float | None = None,
              atol: float | None = None) -> tuple[list, dict | None, dict]:
-    """Record both runs in processes of their own and compare: (module rows, first divergence, statuses)."""
-    statuses = {}
-    loaded = []
+    """Record the reference's run in a process of its own while B's runs in this one (at the same time), and
+    compare: (module rows, first divergence, exit statuses)."""
     with tempfile.TemporaryDirectory() as tmp:
-        for backend in backends:
-            path = os.path.join(tmp, f"{backend}.pt")
-            cmd = [sys.executable, "-m", "torchdevice.compare.modules", "--backend", backend, "--out", path,
-                   *(["-m"] if module else []), *program]
-            env = dict(os.environ)
-            env.pop("TORCHDEVICE_BACKEND", None)
-            proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            statuses[backend] = proc.returncode
-            if not os.path.exists(path):
-                raise RuntimeError(f"the {backend} run recorded nothing (exit status {proc.returncode}): "
-                                   f"{proc.stderr.strip()[-500:]}")
-            loaded.append(torch.load(path, weights_only=False)["records"])
-    rows, first = compare_records(loaded[0], loaded[1], rtol, atol)
-    return rows, first, statuses
+        path = os.path.join(tmp, "reference.pt")
+        cmd = [sys.executable, "-m", "torchdevice.compare.modules", "--backend", backends[0], "--out", path,
+               *(["-m"] if module else []), *program]
+        env = dict(os.environ)
+        env.pop("TORCHDEVICE_BACKEND", None)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            status, records = record(backends[1], program, module)
+        finally:
+            _, err = proc.communicate()
+        if not os.path.exists(path):
+            raise RuntimeError(f"the {backends[0]} run recorded nothing (exit status {proc.returncode}): "
+                               f"{err.strip()[-500:]}")
+        ref = torch.load(path, weights_only=False)["records"]
+    rows, first = compare_records(ref, records, rtol, atol)
+    return rows, first, {backends[0]: proc.returncode, backends[1]: status}
 
 
 def _main(argv: list[str]) -> int:
@@ -120,7 +125,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("-m", dest="module", action="store_true")
     parser.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    return record(args.backend, args.program, args.module, args.out)
+    return record(args.backend, args.program, args.module, args.out)[0]
 
 
 if __name__ == "__main__":

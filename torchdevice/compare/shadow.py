@@ -225,6 +225,10 @@ class ShadowMode(TorchDispatchMode):
         skip = self._skip_reason(func)
         if skip is not None:
             return func(*args, **kwargs)
+        # the reference's work runs on one torch thread: on a small machine, torch's intra-op threads woken for
+        # each small op between the backend's own cost tens of times the arithmetic (measured 7x the whole run)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         try:
             ref_args, ref_kwargs = tree_map(self._to_ref, (args, kwargs))
             if "device" in ref_kwargs and ref_kwargs["device"] is not None:
@@ -232,6 +236,8 @@ class ShadowMode(TorchDispatchMode):
             copy_error = None
         except Exception as exc:  # noqa: BLE001 - a tensor the reference cannot hold: reported, never fatal
             copy_error = exc
+        finally:
+            torch.set_num_threads(threads)
         out = func(*args, **kwargs)
         self.index += 1
         entry = {"index": self.index, "op": str(func), "module": self._module(),
@@ -240,12 +246,16 @@ class ShadowMode(TorchDispatchMode):
             self.record({**entry, "status": f"reference failed: copying the inputs: "
                                             f"{type(copy_error).__name__}: {copy_error}"})
             return out
+        torch.set_num_threads(1)
         try:
-            ref_out = func(*ref_args, **ref_kwargs)
-        except Exception as exc:  # noqa: BLE001
-            self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {_first_line(exc)}"})
-            return out
-        self.record(self._compare(entry, func, args, out, ref_out))
+            try:
+                ref_out = func(*ref_args, **ref_kwargs)
+            except Exception as exc:  # noqa: BLE001
+                self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {_first_line(exc)}"})
+                return out
+            self.record(self._compare(entry, func, args, out, ref_out))
+        finally:
+            torch.set_num_threads(threads)
         return out
 
     @staticmethod
