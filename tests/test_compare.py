@@ -209,3 +209,39 @@ def test_command_whole_run_and_module_level(tmp_path):
     data = json.loads(out.read_text())
     assert data["first_divergence"] is None and data["whole_run"]["first_difference"] is None
     assert data["whole_run"]["numbers_compared"] == 6
+
+
+# -- compare -m pytest --------------------------------------------------------------------------------------------
+
+def test_test_outcomes_from_junit_xml(tmp_path):
+    from torchdevice.compare import tests as compare_tests
+
+    xml = tmp_path / "r.xml"
+    xml.write_text("""<?xml version="1.0"?><testsuites><testsuite name="pytest">
+<testcase classname="t" name="test_a"/>
+<testcase classname="t" name="test_b"><failure message="AssertionError: no&#10;more">x</failure></testcase>
+<testcase classname="t" name="test_c"><skipped message="later"/></testcase>
+</testsuite></testsuites>""")
+    found = compare_tests.outcomes(str(xml))
+    assert found == {"t::test_a": ("passed", ""), "t::test_b": ("failed", "AssertionError: no"),
+                     "t::test_c": ("skipped", "later")}
+    ref = {"t::test_a": ("passed", ""), "t::test_b": ("passed", ""), "t::test_d": ("passed", "")}
+    differ = compare_tests.compare_outcomes(ref, found, ("cpu", "mlx"))
+    assert [(d["test"], d["cpu"], d["mlx"]) for d in differ] == [
+        ("t::test_b", "passed", "failed"), ("t::test_c", "not run", "skipped"), ("t::test_d", "passed", "not run")]
+
+
+@needs_mlx
+def test_command_lists_tests_whose_outcome_differs(tmp_path):
+    (tmp_path / "test_backend.py").write_text(
+        "import torch\n"
+        "def test_same():\n    assert torch.ones(2, device='cuda').sum().item() == 2\n"
+        "def test_plain_tensor():\n    assert type(torch.ones(2, device='cuda')) is torch.Tensor\n")
+    out = tmp_path / "tests.json"
+    result = run_torchdevice("compare", "--backends", "cpu,mlx", "--out", str(out), "-m", "pytest",
+                             str(tmp_path / "test_backend.py"))
+    assert result.returncode == 1, result.stderr
+    data = json.loads(out.read_text())
+    assert [(d["test"], d["cpu"], d["mlx"]) for d in data["tests"]["differ"]] == [
+        ("test_backend::test_plain_tensor", "passed", "failed")]
+    assert "1 of 2 tests differ in outcome (cpu -> mlx)" in result.stderr

@@ -13,6 +13,8 @@ B (default: the backend torchdevice selects) runs the program translated, as ``t
 the same inputs, copied from B's tensors, so each op's error is its own. The first op over tolerance is
 named with its aten name, the module path that called it and the program's ``file:line``.
 
+``-m pytest ARGS`` (:mod:`.tests`): pytest runs on each backend; the tests whose outcome differs are listed.
+
 ``--level module`` (:mod:`.modules`): two independent runs, every module's outputs compared by module path
 (accumulated errors; for programs whose control flow lockstep would change).
 
@@ -109,6 +111,8 @@ def compare(program: list[str], *, backends: tuple[str, str], ref_device_type: s
     collector = None
     module_rows = module_first = None
     out_abs = os.path.abspath(out) if out else None  # the program may chdir
+    if module and program[0] == "pytest":
+        return _compare_tests(command, backends, program[1:], out_abs, started)
     if level == "op":
         collector = report.Collector()
         status = _lockstep(program, module, backends[1], ref_device_type, collector, rtol, atol)
@@ -137,6 +141,27 @@ def compare(program: list[str], *, backends: tuple[str, str], ref_device_type: s
     if report.diverged(data):
         return EXIT_DIVERGED
     return status if isinstance(status, int) else 1
+
+
+def _compare_tests(command: list[str], backends: tuple[str, str], args: list[str], out: str | None,
+                   started: float) -> int:
+    from . import render, report, tests
+
+    try:
+        result = tests.run_tests(backends, args)
+    except RuntimeError as exc:
+        print(f"torchdevice compare: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    first = result["differ"][0] if result["differ"] else None
+    data = report.report_dict(command=command, backends=backends, level="tests", collector=None, whole_run=None,
+                              program_status=result["exit_status"][backends[1]], tolerance={}, modules=[],
+                              module_first=first, duration=time.time() - started)
+    data["summary"] = {"tests_compared": result["compared"], "tests_differing": len(result["differ"])}
+    data["tests"] = result
+    print(render.format_text(data), end="", file=sys.stderr)
+    if out:
+        render.write(out, data)
+    return EXIT_DIVERGED if first is not None else 0
 
 
 def _lockstep(program: list[str], module: bool, backend: str, ref_device_type: str, collector, rtol, atol) -> int:

@@ -2,8 +2,9 @@
 
 For programs whose control flow lockstep would change (data-dependent branches, early stopping): B runs the
 program in this process after the reference has run it in a process of its own (``python -m
-torchdevice.compare.modules --backend A --out F PROGRAM...``); forward hooks record each module call's tensor outputs (host copies) under
-``<module path>#<call number>``, and the parent compares the two records in the order the modules finished.
+torchdevice.compare.modules --backend A --out F PROGRAM...``); forward hooks record each module call's tensor
+outputs (host copies) under ``<module path>#<call number>``, and the two records are compared in the order the
+modules finished.
 The errors are accumulated: a module's output carries every earlier difference.
 """
 from __future__ import annotations

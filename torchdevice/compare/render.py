@@ -26,7 +26,20 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _tests_lines(data: dict) -> list[str]:
+    tests = data.get("tests") or {}
+    differ = tests.get("differ", [])
+    if not differ:
+        return [f"{tests.get('compared', 0)} tests: every outcome the same on both backends."]
+    ref, backend = data["reference"], data["backend"]
+    return ([f"{len(differ)} of {tests.get('compared', 0)} tests differ in outcome ({ref} -> {backend}):"]
+            + [f"  {d['test']}: {d[ref]} -> {d[backend]}" + (f" ({d['message']})" if d.get("message") else "")
+               for d in differ])
+
+
 def _first_lines(data: dict) -> list[str]:
+    if data["level"] == "tests":
+        return _tests_lines(data)
     first = data.get("first_divergence")
     if first is None:
         return [f"No {'op' if data['level'] == 'op' else 'module'} went beyond tolerance."]
@@ -55,6 +68,8 @@ def format_text(data: dict) -> str:
     """The few lines ``torchdevice compare`` prints."""
     lines = [f"torchdevice compare: {data['backend']} against reference {data['reference']}, level {data['level']}"]
     summary = data.get("summary", {})
+    if data["level"] == "tests":
+        return "\n".join(lines + _first_lines(data)) + "\n"
     if data["level"] == "op":
         lines.append(f"{summary.get('ops_compared', 0)} op calls compared, {summary.get('ops_over_tolerance', 0)} "
                      f"over tolerance, {summary.get('reference_failed', 0)} the reference could not run")
@@ -71,7 +86,8 @@ def format_markdown(data: dict, max_rows: int = 200) -> str:
            f"- Tolerance: {data['tolerance']}", f"- Program exit status: {data['program_status']}",
            f"- Summary: {data['summary']}", ""]
     out += [f"**{line}**" if i == 0 else line for i, line in enumerate(_first_lines(data))] + [""]
-    out += _whole_lines(data) + [""]
+    if data["level"] != "tests":
+        out += _whole_lines(data) + [""]
     if data["ops"]:
         rows = sorted(data["ops"], key=lambda r: -_sort_value(r.get("max_rel")))[:max_rows]
         out += [f"## Ops (worst relative error first; {len(rows)} of {len(data['ops'])})", "",
