@@ -68,6 +68,15 @@ def record(backend: str, program: list[str], module: bool, out: str | None = Non
 
 def compare_records(ref: dict, out: dict, rtol: float | None = None, atol: float | None = None) -> tuple[list, dict | None]:
     """Module rows (one per module path, worst over its calls) and the first module call over tolerance."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small ops: woken for each, torch's threads cost 15x the arithmetic beside MLX's
+    try:
+        return _compare_records(ref, out, rtol, atol)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _compare_records(ref: dict, out: dict, rtol: float | None, atol: float | None) -> tuple[list, dict | None]:
     rows: dict[str, dict] = {}
     first = None
     for index, (key, outs) in enumerate(out.items(), 1):
@@ -104,6 +113,9 @@ def run_both(backends: tuple[str, str], program: list[str], module: bool, rtol: 
                *(["-m"] if module else []), *program]
         env = dict(os.environ)
         env.pop("TORCHDEVICE_BACKEND", None)
+        # the reference computes on one torch thread, as the op level's reference work does: on a small, shared
+        # machine torch's thread pool made the reference's run 2-3x slower and its time erratic
+        env["OMP_NUM_THREADS"] = "1"
         # one after the other: run side by side, the two processes' torch (and MLX) thread pools oversubscribe
         # a small machine's cores (measured 4.2x a plain run on 2 cores, against 2.5x in turn)
         proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
