@@ -112,6 +112,7 @@ def compare(program: list[str], *, backends: tuple[str, str], ref_device_type: s
     module_rows = module_first = None
     out_abs = os.path.abspath(out) if out else None  # the program may chdir
     if module and program[0] == "pytest":
+        command = ["torchdevice", "compare", "--backends", ",".join(backends), "-m", *program]
         return _compare_tests(command, backends, program[1:], out_abs, started)
     if level == "op":
         collector = report.Collector()
