@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 
-from . import metrics
-
 _METRICS = ("max_abs", "max_rel", "cosine", "ulp")
 
 
@@ -119,5 +117,3 @@ def diverged(data: dict) -> bool:
     whole = data.get("whole_run") or {}
     return data.get("first_divergence") is not None or whole.get("first_difference") is not None
 
-
-__all__ = ["Collector", "report_dict", "diverged", "metrics"]
