@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "with translation on.")
     _run.add_arguments(run)
     run.set_defaults(func=_run.main)
+    from . import compare as _compare  # torchdevice compare [--backends A,B] [--level op|module] [--out F] SCRIPT
+
+    compare = sub.add_parser("compare", help="find where a program's numbers diverge between two backends, op by op",
+                             description="Run a program on backend B with every op also run on reference A.")
+    _compare.add_arguments(compare)
+    compare.set_defaults(func=_compare.main)
     return parser
 
 

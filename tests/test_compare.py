@@ -1,0 +1,247 @@
+"""``torchdevice compare``: error metrics, the report renderers, and the command on a CUDA-written program
+(tests/programs/compare_mlp.py) with cpu as the reference and mlx under test -- clean, and with a numeric
+bug planted in one MLX lowering."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run_torchdevice, unset_env
+
+import torchdevice
+from torchdevice.compare import metrics, render, report, wholerun
+
+PROGRAM = Path(__file__).parent / "programs" / "compare_mlp.py"
+
+
+def _mlx_available() -> bool:
+    records = {r.name: r for r in torchdevice.backends()}
+    return "mlx" in records and records["mlx"].available
+
+
+needs_mlx = pytest.mark.skipif(not _mlx_available(), reason="the mlx backend is not available here")
+
+
+# -- metrics ------------------------------------------------------------------------------------------------
+
+def test_metrics_against_hand_computed_values():
+    out = torch.tensor([1.0, 2.2, 0.0, -4.0], dtype=torch.float64)
+    ref = torch.tensor([1.0, 2.0, 0.0, -4.0], dtype=torch.float64)
+    e = metrics.errors(out, ref)
+    assert e["max_abs"] == pytest.approx(0.2)
+    assert e["max_rel"] == pytest.approx(0.1)  # 0.2 / 2.0; the zero reference element is left out
+    # <b,r> = 1 + 4.4 + 16 = 21.4; |b| = sqrt(1 + 4.84 + 16); |r| = sqrt(1 + 4 + 16)
+    assert e["cosine"] == pytest.approx(21.4 / math.sqrt(21.84 * 21))
+    assert e["ulp"] == pytest.approx(0.1 / torch.finfo(torch.float64).eps)
+    assert e["within"] is False and (e["rtol"], e["atol"]) == (1e-7, 1e-7)
+    assert metrics.errors(out, ref, rtol=0.11, atol=0.0)["within"] is True  # 0.2 <= 0.11 * 2.0
+    assert metrics.errors(out, ref, rtol=0.09, atol=0.0)["within"] is False
+
+
+def test_metrics_float32_ulp_nan_shape_and_integers():
+    ref = torch.tensor([1.0, 3.0], dtype=torch.float32)
+    out = ref + torch.tensor([0.0, 3 * 2.0 ** -22])  # 3.0 + 2 ulp of 3.0 (ulp at [2, 4) is 2**-22)
+    e = metrics.errors(out, ref)
+    assert e["max_abs"] == pytest.approx(3 * 2.0 ** -22)
+    assert e["ulp"] == pytest.approx((3 * 2.0 ** -22 / 3.0) / torch.finfo(torch.float32).eps)  # 1.5 eps*|r|
+    assert e["within"] is True  # 7e-7 <= 1e-5 + 1e-5 * 3
+    nan = torch.tensor([float("nan"), 1.0])
+    assert metrics.errors(nan, nan.clone())["max_abs"] == 0.0
+    one_sided = metrics.errors(torch.tensor([float("nan"), 1.0]), torch.tensor([0.5, 1.0]))
+    assert one_sided["max_abs"] == math.inf and one_sided["within"] is False and one_sided["cosine"] == 0.0
+    assert metrics.errors(torch.zeros(2), torch.zeros(3))["within"] is False
+    ints = metrics.errors(torch.tensor([1, 2]), torch.tensor([1, 3]))
+    assert ints["max_abs"] == 1.0 and ints["within"] is False and ints["ulp"] == 0.0
+    assert metrics.errors(torch.zeros(3), torch.zeros(3))["cosine"] == 1.0
+    assert metrics.scalar_errors(1.0 + 1e-6, 1.0, torch.float32)["within"] is True
+
+
+def test_whole_run_compares_printed_numbers_line_by_line():
+    ref = "epoch 0 loss 1.000000\nepoch 1 loss 0.500000\ndone\n"
+    same = "epoch 0 loss 1.000001\nepoch 1 loss 0.500000\ndone\n"
+    drift = "epoch 0 loss 1.000000\nepoch 1 loss 0.510000\ndone\n"
+    assert wholerun.compare_outputs(ref, same)["first_difference"] is None
+    result = wholerun.compare_outputs(ref, drift)
+    assert result["first_difference"]["line"] == 2
+    assert result["max_abs"] == pytest.approx(0.01)
+    assert wholerun.compare_outputs(ref, "epoch 0 loss 1.0\nstopped\n")["first_difference"]["line"] == 2
+    assert wholerun.numbers("x=1e-3, y -2.5 z 7") == ([1e-3, -2.5, 7.0], "x=#, y # z #")
+
+
+# -- the report -----------------------------------------------------------------------------------------------
+
+def _record(collector, index, op, module, value, ref):
+    errs = metrics.errors(torch.tensor(value), torch.tensor(ref))
+    collector.record({"index": index, "op": op, "module": module, "location": "prog.py:3", "phase": "forward",
+                      **errs, "status": "ok" if errs["within"] else "diverged"})
+
+
+def _data():
+    c = report.Collector()
+    _record(c, 1, "aten.mm.default", "model.fc", [1.0, 2.0], [1.0, 2.0])
+    _record(c, 2, "aten.gelu.default", "model.act", [1.1, 2.0], [1.0, 2.0])
+    _record(c, 3, "aten.gelu.default", "model.act", [1.0, 2.0], [1.0, 2.0])
+    c.record({"index": 4, "op": "aten.foo.default", "module": "model", "location": "prog.py:4", "phase": "forward",
+              "status": "reference failed: RuntimeError: no"})
+    whole = wholerun.compare_outputs("loss 1.0\n", "loss 1.5\n")
+    return report.report_dict(command=["torchdevice", "compare", "prog.py"], backends=("cpu", "mlx"), level="op",
+                              collector=c, whole_run=whole, program_status=0,
+                              tolerance={"rtol": "per dtype", "atol": "per dtype"})
+
+
+def test_report_json_keys_and_first_divergence():
+    data = _data()
+    assert {"first_divergence", "ops", "modules", "whole_run", "summary"} <= set(data)
+    first = data["first_divergence"]
+    assert (first["op"], first["module"], first["location"], first["index"]) == (
+        "aten.gelu.default", "model.act", "prog.py:3", 2)
+    assert first["errors"]["max_abs"] == pytest.approx(0.1, rel=1e-6)
+    gelu = next(r for r in data["ops"] if r["op"] == "aten.gelu.default")
+    assert gelu["calls"] == 2 and gelu["over_tolerance"] == 1
+    assert data["summary"]["reference_failed"] == 1
+    assert next(r for r in data["ops"] if r["op"] == "aten.foo.default")["note"].startswith("reference failed")
+    assert [m["module"] for m in data["modules"]] == ["model.fc", "model.act"]
+    assert data["whole_run"]["first_difference"]["line"] == 1
+    assert report.diverged(data)
+    json.dumps(data, allow_nan=False)  # infinities are strings
+
+
+def test_report_markdown_and_html(tmp_path):
+    data = _data()
+    md = render.format_markdown(data)
+    assert "| op | module | location | phase | calls | over_tolerance | max_abs | max_rel | cosine | ulp |" in md
+    assert "First divergence: `aten.gelu.default` in `model.act` at `prog.py:3`" in md
+    assert md.index("`aten.gelu.default`") < md.index("`aten.mm.default`")  # worst relative error first
+    page = render.format_html(data)
+    assert "<table id='ops'>" in page and "onclick='sortTable(this)'" in page and "function sortTable" in page
+    assert "<svg" in page and "<rect" in page and "model.act" in page
+    for name in ("r.json", "r.md", "r.html"):
+        render.write(str(tmp_path / name), data)
+    assert json.loads((tmp_path / "r.json").read_text())["first_divergence"]["op"] == "aten.gelu.default"
+    assert (tmp_path / "r.md").read_text() == md and (tmp_path / "r.html").read_text() == page
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def inproc(on_cpu, monkeypatch):
+    """``torchdevice.cli.main([...])`` in this process, putting back what a program run changes."""
+    from torchdevice import cli, translate
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    unset_env(monkeypatch, "TORCHDEVICE_BACKEND", "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")
+    was = translate.is_patched()
+    try:
+        yield cli.main
+    finally:
+        if not was:
+            translate.unpatch()
+
+
+@needs_mlx
+def test_clean_program_has_no_divergence(inproc, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    status = inproc(["compare", "--backends", "cpu,mlx", "--no-whole-run", "--out", str(out), str(PROGRAM)])
+    data = json.loads(out.read_text())
+    assert status == 0, capsys.readouterr().err
+    assert data["first_divergence"] is None
+    assert data["summary"]["ops_compared"] > 100 and data["summary"]["ops_over_tolerance"] == 0
+    assert all(r["over_tolerance"] == 0 for r in data["ops"])
+    ops = {r["op"] for r in data["ops"]}
+    assert {"aten.addmm.default", "aten.gelu.default", "aten.gelu_backward.default"} <= ops  # forward and backward
+    modules = [m["module"] for m in data["modules"]]
+    assert "model.h.1.act" in modules and "model.h.1.act (backward GeluBackward0)" in modules
+    assert "No op went beyond tolerance." in capsys.readouterr().err
+
+
+@needs_mlx
+def test_planted_bug_is_the_first_divergence(inproc, tmp_path, monkeypatch, capsys):
+    from torchdevice_mlx import dispatch, lowerings
+
+    gelu = torch.ops.aten.gelu.default
+    right = lowerings.LOWERINGS[gelu]
+    monkeypatch.setitem(lowerings.LOWERINGS, gelu, lambda a, approximate="none": right(a, approximate) * 1.01)
+    monkeypatch.setattr(dispatch, "_ROUTES", {})  # routes hold the lowering they found
+    out = tmp_path / "report.json"
+    status = inproc(["compare", "--backends", "cpu,mlx", "--no-whole-run", "--out", str(out), str(PROGRAM)])
+    data = json.loads(out.read_text())
+    assert status == 1
+    first = data["first_divergence"]
+    assert first["op"] == "aten.gelu.default"
+    assert first["module"] == "model.h.0.act"
+    path, line = first["location"].rsplit(":", 1)
+    assert Path(path).resolve() == PROGRAM.resolve()
+    assert PROGRAM.read_text().splitlines()[int(line) - 1].strip() == (
+        "return x + self.proj(self.act(self.fc(self.norm(x))))")
+    assert first["errors"]["max_rel"] == pytest.approx(0.01, rel=1e-3) and first["phase"] == "forward"
+    before = [r for r in data["ops"] if r["first_index"] < first["index"]]
+    assert before and all(r["over_tolerance"] == 0 for r in before)  # nothing before it
+    over = {r["op"] for r in data["ops"] if r["over_tolerance"]}
+    assert over == {"aten.gelu.default"}  # each op's error is its own: the ops after it are clean
+    assert "First divergence: `aten.gelu.default` in `model.h.0.act`" in capsys.readouterr().err
+
+
+def test_usage_errors(inproc, capsys):
+    assert inproc(["compare"]) == 2
+    assert "missing SCRIPT" in capsys.readouterr().err
+    assert inproc(["compare", "--backends", "cpu", str(PROGRAM)]) == 2
+    assert "two names" in capsys.readouterr().err
+
+
+@needs_mlx
+def test_command_whole_run_and_module_level(tmp_path):
+    page = tmp_path / "report.html"
+    result = run_torchdevice("compare", "--backends", "cpu,mlx", "--level", "module", "--out", str(page), str(PROGRAM))
+    assert result.returncode == 0, result.stderr
+    assert "12 module outputs compared, 0 over tolerance" in result.stderr
+    assert "every line within rtol" in result.stderr  # the whole run: both processes printed the same losses
+    text = page.read_text()
+    assert "model.h.1.act" in text and "<svg" in text
+    out = tmp_path / "report.json"
+    result = run_torchdevice("compare", "--backends", "cpu,mlx", "--out", str(out), str(PROGRAM))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["first_divergence"] is None and data["whole_run"]["first_difference"] is None
+    assert data["whole_run"]["numbers_compared"] == 6
+
+
+# -- compare -m pytest --------------------------------------------------------------------------------------------
+
+def test_test_outcomes_from_junit_xml(tmp_path):
+    from torchdevice.compare import tests as compare_tests
+
+    xml = tmp_path / "r.xml"
+    xml.write_text("""<?xml version="1.0"?><testsuites><testsuite name="pytest">
+<testcase classname="t" name="test_a"/>
+<testcase classname="t" name="test_b"><failure message="AssertionError: no&#10;more">x</failure></testcase>
+<testcase classname="t" name="test_c"><skipped message="later"/></testcase>
+</testsuite></testsuites>""")
+    found = compare_tests.outcomes(str(xml))
+    assert found == {"t::test_a": ("passed", ""), "t::test_b": ("failed", "AssertionError: no"),
+                     "t::test_c": ("skipped", "later")}
+    ref = {"t::test_a": ("passed", ""), "t::test_b": ("passed", ""), "t::test_d": ("passed", "")}
+    differ = compare_tests.compare_outcomes(ref, found, ("cpu", "mlx"))
+    assert [(d["test"], d["cpu"], d["mlx"]) for d in differ] == [
+        ("t::test_b", "passed", "failed"), ("t::test_c", "not run", "skipped"), ("t::test_d", "passed", "not run")]
+
+
+@needs_mlx
+def test_command_lists_tests_whose_outcome_differs(tmp_path):
+    (tmp_path / "test_backend.py").write_text(
+        "import torch\n"
+        "def test_same():\n    assert torch.ones(2, device='cuda').sum().item() == 2\n"
+        "def test_plain_tensor():\n    assert type(torch.ones(2, device='cuda')) is torch.Tensor\n")
+    out = tmp_path / "tests.json"
+    result = run_torchdevice("compare", "--backends", "cpu,mlx", "--out", str(out), "-m", "pytest",
+                             str(tmp_path / "test_backend.py"))
+    assert result.returncode == 1, result.stderr
+    data = json.loads(out.read_text())
+    assert [(d["test"], d["cpu"], d["mlx"]) for d in data["tests"]["differ"]] == [
+        ("test_backend::test_plain_tensor", "passed", "failed")]
+    assert "1 of 2 tests differ in outcome (cpu -> mlx)" in result.stderr

@@ -1,0 +1,310 @@
+"""Lockstep shadow execution: every ATen op the program runs on backend B also runs on reference backend A.
+
+:class:`ShadowMode` is a ``TorchDispatchMode``, entered only by ``torchdevice compare`` around the program's
+run. For each ATen op it (1) copies the op's tensor inputs to the reference backend's device type
+(``Tensor.to(device)`` under translation, so a backend's own tensors become the reference's: an MLX tensor's
+``.to("cpu")`` is a plain host tensor), (2) runs the op on B as usual, (3) runs it on the copies, (4) compares
+every tensor output (and ``.item()``'s number) with :func:`torchdevice.compare.metrics.errors`. Each op's
+error is therefore its own: the reference starts from B's inputs, never from its own earlier results.
+
+Not re-run on the reference: random ops (tagged ``nondeterministic_seeded``: re-running them would draw from
+the reference's generator and change the program's random stream), ops whose output is uninitialized
+(``empty*``), ops outside the ``aten`` namespace. An op the reference cannot run is recorded as
+``reference failed: <error>`` and the program goes on.
+
+The dispatch mode sits below autograd, so it sees the ops autograd runs (``aten.addmm``, ``aten.gelu``) and,
+during ``backward()``, the backward ops (``aten.gelu_backward``): the autograd engine runs a host device's
+backward in the thread that called ``backward()``, where the mode is active. (A device whose backward runs
+on an engine worker thread would not show its backward ops: the mode stack is thread-local.)
+
+:class:`ModuleTracker` names the module an op ran in (global forward pre/post hooks; names from the
+outermost module's ``named_modules()``, prefixed with the program's variable name for it), and
+:func:`program_location` the program's ``file:line``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import types
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from . import metrics
+
+#: the module path of ops run outside every module
+TOP_LEVEL = "(top level)"
+_EMPTY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+_NONDET = getattr(torch.Tag, "nondeterministic_seeded", None)
+
+
+# -- where an op was called from ----------------------------------------------------------------------------
+
+def _excluded_dirs() -> tuple[str, ...]:
+    import torchdevice
+
+    dirs = {os.path.dirname(torch.__file__), os.path.dirname(torchdevice.__file__)}
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(path)
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+_EXCLUDED: tuple[str, ...] | None = None
+_OURS: dict = {}  # code object -> whether its file is torch's, torchdevice's (or a plugin's), the stdlib's
+
+
+def _is_ours(code) -> bool:
+    global _EXCLUDED
+    found = _OURS.get(code)
+    if found is None:
+        if _EXCLUDED is None:
+            _EXCLUDED = _excluded_dirs()
+        filename = code.co_filename
+        real = os.path.realpath(filename) if not filename.startswith("<") else filename
+        parts = real.split(os.sep)
+        found = (filename.startswith("<") or real.startswith(_EXCLUDED)
+                 or any(p.startswith("torchdevice_") or p in ("pluggy", "site-packages/torch") for p in parts[-4:-1]))
+        _OURS[code] = found
+    return found
+
+
+def program_frame(skip: int = 1):
+    """The innermost frame of the program (not torch's, torchdevice's, a plugin's or the stdlib's), or None."""
+    frame: types.FrameType | None = sys._getframe(skip)
+    while frame is not None and _is_ours(frame.f_code):
+        frame = frame.f_back
+    return frame
+
+
+def program_location(skip: int = 2) -> str:
+    frame = program_frame(skip)
+    if frame is None:
+        return "?"
+    filename = frame.f_code.co_filename
+    try:
+        rel = os.path.relpath(filename)
+        if not rel.startswith(".."):
+            filename = rel
+    except ValueError:  # another drive
+        pass
+    return f"{filename}:{frame.f_lineno}"
+
+
+# -- which module an op ran in -------------------------------------------------------------------------------
+
+class ModuleTracker:
+    """Global forward pre/post hooks keeping the stack of modules running; :meth:`path` names the innermost.
+
+    The outermost module seen (a *root*) is named by the program's variable holding it (``model``), else
+    by its class in lower case; its submodules by ``named_modules()`` below it (``model.h.3.mlp.act``).
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self._modules: list[torch.nn.Module] = []
+        self._names: dict[int, tuple[weakref.ref, str]] = {}
+        self._handles: list = []
+        self._inputs: list[set[int]] = []
+        self.tag_graph = True  # name backward ops after the module whose forward made their node
+
+    def __enter__(self) -> ModuleTracker:
+        from torch.nn.modules import module as nn_module
+
+        self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
+                         nn_module.register_module_forward_hook(self._post, always_call=True)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    @property
+    def path(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+    def _name_of(self, module: torch.nn.Module) -> str:
+        entry = self._names.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        if self._modules:  # a submodule: named below the innermost running module that holds it
+            for parent, parent_path in zip(reversed(self._modules), reversed(self.stack)):
+                self._index(parent, parent_path)
+                entry = self._names.get(id(module))
+                if entry is not None and entry[0]() is module:
+                    return entry[1]
+            return f"{self.stack[-1]}.{type(module).__name__.lower()}"
+        name = self._root_name(module)
+        self._index(module, name)
+        return name
+
+    def _index(self, root: torch.nn.Module, root_name: str) -> None:
+        for sub_name, sub in root.named_modules():
+            if id(sub) not in self._names or self._names[id(sub)][0]() is not sub:
+                self._names[id(sub)] = (weakref.ref(sub), f"{root_name}.{sub_name}" if sub_name else root_name)
+
+    @staticmethod
+    def _root_name(module: torch.nn.Module) -> str:
+        frame = program_frame(3)
+        while frame is not None:
+            for scope in (frame.f_locals, frame.f_globals):
+                for name, value in scope.items():
+                    if value is module and not name.startswith("_") and name != "self":
+                        return name
+            frame = frame.f_back
+        return type(module).__name__.lower()
+
+    def _pre(self, module, args) -> None:
+        self.stack.append(self._name_of(module))
+        self._modules.append(module)
+        if self.tag_graph:
+            leaves, _ = tree_flatten(args)
+            self._inputs.append({id(t.grad_fn) for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None})
+
+    def _post(self, module, args, output) -> None:
+        while self._modules:
+            top = self._modules.pop()
+            path = self.stack.pop()
+            inputs = self._inputs.pop() if self.tag_graph and self._inputs else set()
+            if top is module:
+                if self.tag_graph and torch.is_grad_enabled():
+                    _tag_graph(output, inputs, path)
+                break
+
+
+def _tag_graph(output, stop: set, path: str) -> None:
+    """Mark the autograd nodes a module call made (from its outputs back to its inputs) with its path, so that
+    the backward ops they run are named after the module (inner modules, finishing first, keep their own)."""
+    leaves, _ = tree_flatten(output)
+    todo = [t.grad_fn for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen: set[int] = set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen or id(node) in stop:
+            continue
+        seen.add(id(node))
+        meta = node.metadata
+        if _MODULE_KEY not in meta:
+            meta[_MODULE_KEY] = path
+        todo.extend(next_node for next_node, _ in node.next_functions)
+
+
+_MODULE_KEY = "torchdevice_compare_module"
+
+
+# -- the mode ----------------------------------------------------------------------------------------------
+
+class ShadowMode(TorchDispatchMode):
+    """Run every ATen op on the reference device too and hand the comparison to ``record(entry)``."""
+
+    def __init__(self, ref_device: torch.device, record, tracker: ModuleTracker | None = None,
+                 rtol: float | None = None, atol: float | None = None) -> None:
+        super().__init__()
+        self.ref_device = ref_device
+        self.record = record
+        self.tracker = tracker
+        self.rtol, self.atol = rtol, atol
+        self.index = 0
+
+    def _to_ref(self, x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        src = x.detach()
+        ref = src.to(self.ref_device)
+        if type(ref) is type(src) and ref.device == src.device:  # same device: a copy, never an alias
+            ref = ref.clone()
+        return ref
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        skip = self._skip_reason(func)
+        if skip is not None:
+            return func(*args, **kwargs)
+        # the reference's work runs on one torch thread: on a small machine, torch's intra-op threads woken for
+        # each small op between the backend's own cost tens of times the arithmetic (measured 7x the whole run)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            ref_args, ref_kwargs = tree_map(self._to_ref, (args, kwargs))
+            if "device" in ref_kwargs and ref_kwargs["device"] is not None:
+                ref_kwargs["device"] = self.ref_device
+            copy_error = None
+        except Exception as exc:  # noqa: BLE001 - a tensor the reference cannot hold: reported, never fatal
+            copy_error = exc
+        finally:
+            torch.set_num_threads(threads)
+        out = func(*args, **kwargs)
+        self.index += 1
+        entry = {"index": self.index, "op": str(func), "module": self._module(),
+                 "location": program_location(2), "phase": self._phase()}
+        if copy_error is not None:
+            self.record({**entry, "status": f"reference failed: copying the inputs: "
+                                            f"{type(copy_error).__name__}: {copy_error}"})
+            return out
+        torch.set_num_threads(1)
+        try:
+            try:
+                ref_out = func(*ref_args, **ref_kwargs)
+            except Exception as exc:  # noqa: BLE001
+                self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {_first_line(exc)}"})
+                return out
+            self.record(self._compare(entry, func, args, out, ref_out))
+        finally:
+            torch.set_num_threads(threads)
+        return out
+
+    @staticmethod
+    def _skip_reason(func) -> str | None:
+        if func.namespace != "aten":
+            return "not aten"
+        if _NONDET is not None and _NONDET in func.tags:
+            return "random"
+        if func.overloadpacket.__name__ in _EMPTY:
+            return "uninitialized"
+        return None
+
+    def _module(self) -> str:
+        if self.tracker is None:
+            return ""
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            try:
+                owner = node.metadata.get(_MODULE_KEY)
+            except Exception:  # noqa: BLE001 - a node without Python metadata
+                owner = None
+            return f"{owner or TOP_LEVEL} (backward {node.name().rsplit('::', 1)[-1]})"
+        return self.tracker.path or TOP_LEVEL
+
+    @staticmethod
+    def _phase() -> str:
+        return "backward" if torch._C._current_autograd_node() is not None else "forward"
+
+    def _compare(self, entry: dict, func, args, out, ref_out) -> dict:
+        outs, _ = tree_flatten(out)
+        refs, _ = tree_flatten(ref_out)
+        found: dict | None = None
+        compared = 0
+        for o, r in zip(outs, refs):
+            if isinstance(o, torch.Tensor) and isinstance(r, torch.Tensor):
+                err = metrics.errors(o, r, self.rtol, self.atol)
+            elif isinstance(o, (int, float, bool)) and isinstance(r, (int, float, bool)) and func.__name__.startswith(
+                    "_local_scalar_dense"):
+                dtype = args[0].dtype if args and isinstance(args[0], torch.Tensor) else torch.float64
+                err = metrics.scalar_errors(o, r, dtype, self.rtol, self.atol)
+            else:
+                continue
+            compared += 1
+            found = metrics.worst(found, err)
+        if found is None:
+            return {**entry, "status": "no output to compare"}
+        return {**entry, **found, "outputs": compared, "status": "ok" if found["within"] else "diverged"}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
