@@ -193,6 +193,8 @@ def test_cuda_sleep_on_a_backend_with_queues_queues_the_wait():
     with registered(qc.plugin), torchdevice.use(qc.NAME), torchdevice.patched():
         status, note = torch.cuda._sleep.__torchdevice_status__
         assert status is Status.EMULATED and note.startswith("queues cycles / clock_rate ms"), note
+        for index in (0, 1):  # nothing left queued by an earlier test (a planted bug's pending work)
+            torch.cuda.synchronize(index)
         torch.cuda.set_device(1)
         try:
             start = time.perf_counter()
