@@ -39,6 +39,18 @@ def compare_outcomes(ref: dict[str, tuple[str, str]], out: dict[str, tuple[str, 
     return differ
 
 
+def _rootdir(args: list[str]) -> list[str]:
+    """``--rootdir`` at the tests named (their common folder), unless given: test ids, which name the
+    tests in both runs, are relative to it, whatever ini file lies above."""
+    if any(a.startswith("--rootdir") for a in args):
+        return []
+    paths = [os.path.abspath(a.split("::")[0]) for a in args if not a.startswith("-") and os.path.exists(a.split("::")[0])]
+    if not paths:
+        return []
+    common = os.path.commonpath(paths)
+    return [f"--rootdir={common if os.path.isdir(common) else os.path.dirname(common)}"]
+
+
 def run_tests(backends: tuple[str, str], args: list[str]) -> dict:
     """Run pytest on both backends and compare: ``{"compared", "differ", "exit_status"}``."""
     results = []
@@ -47,9 +59,9 @@ def run_tests(backends: tuple[str, str], args: list[str]) -> dict:
         for backend in backends:
             xml = os.path.join(tmp, f"{backend}.xml")
             cmd = [sys.executable, "-m", "torchdevice", "run", "--backend", backend, "-m", "pytest",
-                   "-p", "no:cacheprovider", "-q", "-rA", f"--junitxml={xml}", *args]
-            env = dict(os.environ)
-            env.pop("TORCHDEVICE_BACKEND", None)
+                   "-p", "no:cacheprovider", "-q", "-rA", f"--junitxml={xml}", *_rootdir(args), *args]
+            # not the calling pytest's variables (a compare run from inside a test session, xdist's workers)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "TORCHDEVICE_BACKEND"}
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             statuses[backend] = proc.returncode
             if not os.path.exists(xml):
