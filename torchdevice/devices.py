@@ -390,6 +390,33 @@ def _record_stream_noop(self, stream):
         trace.note("Tensor.record_stream", "no-op")
 
 
+def _keeping_ties(to, device_type: str):
+    """``Module.to`` that keeps shared parameters shared on a PrivateUse1 target.
+
+    torch moves a parameter in place (``param.data = moved``) only between device types whose
+    tensors it deems shallow-copy compatible: CPU, CUDA, MPS, HIP, XPU, HPU, MTIA. Onto a
+    PrivateUse1 device it makes a new Parameter per module instead, so a weight two modules share
+    (BERT's decoder bias, tied embeddings) stops being shared and one of them never gets a
+    gradient. On CUDA it stays shared: for such a target the move swaps each parameter's contents
+    in place instead (torch's own ``set_swap_module_params_on_conversion``), keeping every identity.
+    """
+    import torch
+
+    if device_type != torch._C._get_privateuse1_backend_name():
+        return to
+
+    @functools.wraps(to)
+    def to_keeping_ties(self, *args, **kwargs):
+        before = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try:
+            return to(self, *args, **kwargs)
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(before)
+
+    return to_keeping_ties
+
+
 def _module_to_empty(fn):
     @functools.wraps(fn)
     def to_empty(self, *, device, recurse=True):
@@ -502,7 +529,8 @@ def install(patcher, target) -> None:
     for name in TENSOR_NEW:
         patcher.set(torch.Tensor, name, _factory(getattr(torch.Tensor, name), f"Tensor.{name}(device=)", host))
     tensor_to = patcher.set(torch.Tensor, "to", _positional_device(torch.Tensor.to, "Tensor.to"))
-    module_to = patcher.set(torch.nn.Module, "to", _positional_device(torch.nn.Module.to, "Module.to"))
+    module_to = _keeping_ties(torch.nn.Module.to, target.device_type)  # what .cuda() calls, the target mapped
+    patcher.set(torch.nn.Module, "to", _keeping_ties(_positional_device(torch.nn.Module.to, "Module.to"), target.device_type))
     patcher.set(torch.nn.Module, "to_empty", _module_to_empty(torch.nn.Module.to_empty))
     for source in target.sources:
         if hasattr(torch.Tensor, source):

@@ -395,3 +395,12 @@ def test_attention_gives_the_cpus_numbers_forward_and_backward(synced, masked):
     assert out_sim.device.type == "sim" and torch.equal(out, out_sim.cpu())
     for cpu, sim in zip((q, k, v), twins):
         assert torch.equal(cpu.grad, sim.grad.cpu())
+
+
+def test_results_stay_on_the_device_of_their_inputs_whatever_device_is_current(synced):
+    synced.set_device(0)
+    x = torch.arange(4.0, device="sim:1")
+    on_device_0 = synced.memory_allocated(0)
+    results = (x + 1, x.sum(), torch.nn.functional.embedding(torch.tensor([1, 2], device="sim:1"), x.view(4, 1)))
+    assert all(result.device == torch.device("sim", 1) for result in results)
+    assert synced.memory_allocated(0) == on_device_0  # nothing was allocated on the current device

@@ -244,3 +244,32 @@ def test_device_arguments_behave_as_native_sim_code_with_indices_kept(synced):
               if native[i, name] != translated[i, name]}
     assert not differ
     assert any(v == "sim:1" for v in translated.values())
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight  # tied, as language models tie input and output embeddings
+
+
+def test_natively_moving_a_module_to_a_privateuse1_device_unties_shared_parameters(synced):
+    """torch's own behaviour, which translation must not pass on (next test): onto a PrivateUse1 device
+    a parameter is replaced by a new one per module, since torch moves in place only between device
+    types it deems shallow-copy compatible (CPU, CUDA, MPS, HIP, XPU, HPU, MTIA)."""
+    model = _Tied().to("sim")
+    assert model.head.weight is not model.embed.weight
+
+
+@pytest.mark.parametrize("move", ["cuda", "to"])
+def test_translated_module_moves_keep_shared_parameters_shared(on_sim, move):
+    torch.manual_seed(0)
+    model = _Tied()
+    model = model.cuda() if move == "cuda" else model.to("cuda:1")
+    assert model.head.weight is model.embed.weight and model.head.weight.device.type == "sim"
+    model.head(model.embed(torch.arange(3, device=model.head.weight.device))).sum().backward()
+    torch.manual_seed(0)
+    reference = _Tied()
+    reference.head(reference.embed(torch.arange(3))).sum().backward()
+    assert torch.equal(model.embed.weight.grad.cpu(), reference.embed.weight.grad)

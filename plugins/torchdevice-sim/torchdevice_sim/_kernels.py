@@ -143,7 +143,7 @@ class Fallback:
         for ret, value in zip(schema.returns, returns):
             alias = ret.alias_info
             if alias is None:
-                made = _map(self.allocate, value)
+                made = _map(functools.partial(self.allocate, device=device), value)
                 results.append(made)
                 fresh.extend(_leaves(made, []))
                 continue
@@ -205,11 +205,11 @@ class Fallback:
             return torch.device("meta")
         return value
 
-    def allocate(self, meta: Any) -> Any:
+    def allocate(self, meta: Any, device: int) -> Any:
+        """A device tensor shaped as ``meta``, on the op's device (not the calling thread's current one)."""
         if not isinstance(meta, Tensor):
             return meta
-        index = self.C.current_device()
-        return torch.empty_strided(meta.size(), meta.stride(), dtype=meta.dtype, device=torch.device(self.device_type, index))
+        return torch.empty_strided(meta.size(), meta.stride(), dtype=meta.dtype, device=torch.device(self.device_type, device))
 
     def host(self, value: Any) -> Any:
         if isinstance(value, Tensor) and value.device.type == self.device_type:
@@ -323,7 +323,7 @@ class Fallback:
             elif index in computed:
                 results.append(self.to_device(computed[index], {}, device, like=meta))
             else:
-                results.append(self.allocate(meta))
+                results.append(self.allocate(meta, device))
         return tuple(results)
 
     def convolution(self, name: str, device: int, *args: Any) -> Any:
