@@ -400,8 +400,6 @@ def _keeping_ties(to, device_type: str):
     gradient. On CUDA it stays shared: for such a target the move swaps each parameter's contents
     in place instead (torch's own ``set_swap_module_params_on_conversion``), keeping every identity.
     """
-    import torch
-
     if device_type != torch._C._get_privateuse1_backend_name():
         return to
 

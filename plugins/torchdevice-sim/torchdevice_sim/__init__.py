@@ -35,12 +35,10 @@ def claimed_by() -> str | None:
     """The name another plugin gave torch's PrivateUse1 device, or None if sim may claim it."""
     import torch
 
+    from .runtime import DEVICE_TYPE
+
     name = torch._C._get_privateuse1_backend_name()
-    return None if name in ("privateuseone", runtime_name()) else name
-
-
-def runtime_name() -> str:
-    return "sim"
+    return None if name in ("privateuseone", DEVICE_TYPE) else name
 
 
 def load() -> ModuleType:

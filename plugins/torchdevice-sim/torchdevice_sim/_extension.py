@@ -55,21 +55,25 @@ def missing_tools() -> list[str]:
     return missing
 
 
+def binary() -> Path:
+    """Where the build of the current source lives (it exists once built)."""
+    key = build_key()
+    return cache_root() / key / f"torchdevice_sim_C_{key}.so"
+
+
 def load() -> ModuleType:
     """Return the extension module, building it first if this machine has no current build."""
-    key = build_key()
-    name = f"torchdevice_sim_C_{key}"
+    binary_path = binary()
+    name, folder = binary_path.stem, binary_path.parent
     if name in sys.modules:
         return sys.modules[name]
-    folder = cache_root() / key
     folder.mkdir(parents=True, exist_ok=True)
-    binary = folder / f"{name}.so"
-    if not binary.exists():
+    if not binary_path.exists():
         with open(folder / "build.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder; the others wait and then load its binary
-            if not binary.exists():
+            if not binary_path.exists():
                 _build(name, folder)
-    return _import(name, binary)
+    return _import(name, binary_path)
 
 
 def _build(name: str, folder: Path) -> None:

@@ -33,6 +33,7 @@ aten = torch.ops.aten
 _HOST_INDEX_OPS = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_put"})
 _ATTENTION = frozenset({"aten::_scaled_dot_product_fused_attention_overrideable",
                         "aten::_scaled_dot_product_fused_attention_overrideable_backward"})
+_CONVOLUTION = frozenset({"aten::convolution_overrideable", "aten::convolution_backward_overrideable"})
 _RNG_LOCK = threading.RLock()  # one random op at a time may lend torch's CPU generator its state
 _COPIES = frozenset({"aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_"})
 
@@ -75,6 +76,8 @@ class Fallback:
                 return self.C.host_view(args[0]).item()
             if name in _ATTENTION:
                 return self.attention(name, device, *args, **kwargs)
+            if name in _CONVOLUTION:
+                return self.convolution(name, device, *args)
             if name == "aten::record_stream":
                 return None  # a freed block waits for every queue of its device anyway (sim.cpp, free_block)
             if self.runs_on_host(op):
@@ -233,16 +236,10 @@ class Fallback:
         h_kwargs = {k: _map(host, v) for k, v in kwargs.items()}
         if "pin_memory" in h_kwargs:
             h_kwargs["pin_memory"] = False
-        restore = None
-        if torch.Tag.nondeterministic_seeded in op.tags:
-            _RNG_LOCK.acquire()
-            restore, h_args, h_kwargs = self.swap_generator(op, device, h_args, h_kwargs)
-        try:
+        seeded = torch.Tag.nondeterministic_seeded in op.tags
+        drawing = self.drawing_from_device(op, device, h_args, h_kwargs) if seeded else contextlib.nullcontext((h_args, h_kwargs))
+        with drawing as (h_args, h_kwargs):
             result = op(*h_args, **h_kwargs)
-        finally:
-            if restore is not None:
-                restore()
-                _RNG_LOCK.release()
         return _map(lambda v: self.to_device(v, views, device), result)
 
     def to_device(self, value: Any, views: dict, device: int, like: Tensor | None = None) -> Any:
@@ -251,43 +248,42 @@ class Fallback:
         original = views.get(id(value))
         if original is not None:
             return original
-        if like is not None:
-            out = torch.empty_strided(like.size(), like.stride(), dtype=value.dtype, device=torch.device(self.device_type, device))
-            self.C.host_view(out).copy_(value)
-            return out
-        out = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype,
-                                  device=torch.device(self.device_type, device)) if _dense(value) else \
-            torch.empty(value.size(), dtype=value.dtype, device=torch.device(self.device_type, device))
+        where = torch.device(self.device_type, device)
+        shaped = like if like is not None else value if _dense(value) else None  # whose strides the copy takes
+        out = (torch.empty_strided(shaped.size(), shaped.stride(), dtype=value.dtype, device=where) if shaped is not None
+               else torch.empty(value.size(), dtype=value.dtype, device=where))
         self.C.host_view(out).copy_(value)  # the stream is idle: this host write is in order
         return out
 
-    def swap_generator(self, op: torch._ops.OpOverload, device: int, args: Any, kwargs: dict):
-        """Run with the device generator's state in a CPU generator; returns (restore, args, kwargs).
+    @contextlib.contextmanager
+    def drawing_from_device(self, op: torch._ops.OpOverload, device: int, args: Any, kwargs: dict) -> Iterator[tuple]:
+        """Around a random op's CPU kernel: the arguments to run it with, drawing from the device's generator.
 
-        An op with a ``generator`` argument gets a scratch CPU generator there; one without
-        (``native_dropout``, ``randperm``) draws from torch's default CPU generator, which holds
-        the device generator's state for the call and gets its own back afterwards.
+        An op with a ``generator`` argument gets a scratch CPU generator there, holding the state of the
+        generator given (or of the device's); one without (``native_dropout``, ``randperm``) draws from
+        torch's default CPU generator, lent the device generator's state for the call (:func:`_lent`).
+        Either way the device generator takes the state the kernel leaves.
         """
-        for index, argument in enumerate(op._schema.arguments):
-            if argument.name != "generator":
-                continue
-            positional = not argument.kwarg_only and index < len(args)
-            given = args[index] if positional else kwargs.get("generator")
-            source = given if given is not None else self.C.default_generator(device)
-            scratch = torch.Generator("cpu")
-            scratch.set_state(source.get_state())
-            if positional:
-                args = list(args)
-                args[index] = scratch
-                args = tuple(args)
-            else:
-                kwargs["generator"] = scratch
-            return _Restore(source, scratch, None), args, kwargs
-        source = self.C.default_generator(device)
-        cpu = torch.default_generator
-        saved = cpu.get_state()
-        cpu.set_state(source.get_state())
-        return _Restore(source, cpu, saved), args, kwargs
+        with _RNG_LOCK:
+            for index, argument in enumerate(op._schema.arguments):
+                if argument.name != "generator":
+                    continue
+                positional = not argument.kwarg_only and index < len(args)
+                given = args[index] if positional else kwargs.get("generator")
+                source = given if given is not None else self.C.default_generator(device)
+                scratch = torch.Generator("cpu")
+                scratch.set_state(source.get_state())
+                if positional:
+                    args = (*args[:index], scratch, *args[index + 1:])
+                else:
+                    kwargs["generator"] = scratch
+                try:
+                    yield args, kwargs
+                finally:
+                    source.set_state(scratch.get_state())
+                return
+            with _lent(self.C.default_generator(device)):
+                yield args, kwargs
 
     # -- attention -------------------------------------------------------------------------------
     def attention(self, name: str, device: int, *args: Any, **kwargs: Any) -> Any:
@@ -344,15 +340,10 @@ class Fallback:
 
     # -- copies ----------------------------------------------------------------------------------
     def copy(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
-        if name == "aten::copy_":
-            dst, src = args[0], args[1]
-            non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
-        else:
-            src, dst = args[0], args[1]
-            non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
-            if name == "aten::_copy_from_and_resize":
-                dst.resize_(src.shape)
-                non_blocking = False
+        dst, src = (args[0], args[1]) if name == "aten::copy_" else (args[1], args[0])
+        non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
+        if name == "aten::_copy_from_and_resize":  # (it takes no non_blocking: a blocking copy)
+            dst.resize_(src.shape)
         on_device = dst if dst.device.type == self.device_type else src
         device = on_device.device.index
         if src.device.type == self.device_type and dst.device.type == self.device_type and src.device != dst.device:
@@ -365,21 +356,10 @@ class Fallback:
         return dst
 
 
-class _Restore:
-    """After a random op: the device generator takes the state the CPU kernel left; torch's own CPU
-    generator, if it lent itself, gets its state back."""
-
-    def __init__(self, device_generator: torch.Generator, used: torch.Generator, saved: Tensor | None):
-        self.device_generator, self.used, self.saved = device_generator, used, saved
-
-    def __call__(self) -> None:
-        self.device_generator.set_state(self.used.get_state())
-        if self.saved is not None:
-            self.used.set_state(self.saved)
-
-
 @contextlib.contextmanager
 def _lent(device_generator: torch.Generator) -> Iterator[None]:
+    """torch's default CPU generator holding ``device_generator``'s state; afterwards the device generator
+    takes the state the CPU kernel left, and the CPU generator gets its own back."""
     with _RNG_LOCK:
         cpu = torch.default_generator
         saved = cpu.get_state()
@@ -387,7 +367,8 @@ def _lent(device_generator: torch.Generator) -> Iterator[None]:
         try:
             yield
         finally:
-            _Restore(device_generator, cpu, saved)()
+            device_generator.set_state(cpu.get_state())
+            cpu.set_state(saved)
 
 
 _PLANS = 8192  # meta results kept; the cache is emptied when full
@@ -447,20 +428,7 @@ def register(C: Any, device_type: str) -> list[torch.library.Library]:
     everything = torch.library.Library("_", "IMPL")
     everything.fallback(fallback, dispatch_key="PrivateUse1")
     overrideable = torch.library.Library("aten", "IMPL")
-    for qualified in sorted(_ATTENTION):
+    for qualified in sorted(_ATTENTION | _CONVOLUTION):  # the fallback's own entry, given the op
         name = qualified.split("::")[1]
-        overrideable.impl(name, functools.partial(_attention, fallback, qualified), "PrivateUse1")
-    for name in ("convolution_overrideable", "convolution_backward_overrideable"):
-        overrideable.impl(name, functools.partial(_convolution, fallback, f"aten::{name}"), "PrivateUse1")
+        overrideable.impl(name, functools.partial(fallback, getattr(aten, name).default), "PrivateUse1")
     return [everything, overrideable]
-
-
-def _attention(fallback: Fallback, name: str, *args: Any, **kwargs: Any) -> Any:
-    with torch._C._AutoDispatchBelowADInplaceOrView():
-        device = fallback.device_of(name, args, kwargs)
-        return fallback.attention(name, device, *args, **kwargs)
-
-
-def _convolution(fallback: Fallback, name: str, *args: Any) -> Any:
-    with torch._C._AutoDispatchBelowADInplaceOrView():
-        return fallback.convolution(name, fallback.device_of(name, args, {}), *args)

@@ -61,8 +61,7 @@ class SimBackend(TorchNamespaceBackend):
             other = claimed_by()
             if other is not None:
                 return Availability(False, f"torch's PrivateUse1 device is claimed by {other!r}; sim needs it")
-            binary_ready = (_extension.cache_root() / _extension.build_key()).is_dir()
-            missing = [] if binary_ready else _extension.missing_tools()
+            missing = [] if _extension.binary().exists() else _extension.missing_tools()
             if missing:
                 return Availability(False, f"building sim needs {' and '.join(missing)}")
         except Exception as exc:  # a bad variable or a broken toolchain must not break discovery

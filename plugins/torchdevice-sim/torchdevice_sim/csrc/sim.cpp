@@ -158,7 +158,7 @@ struct Stream {
   }
 
   void wait_for(uint64_t ticket) {
-    TORCH_CHECK(!tl_is_worker || false, "sim: a stream's worker cannot wait on a stream");
+    TORCH_CHECK(!tl_is_worker, "sim: a stream's worker cannot wait on a stream");
     wait_without_gil([&] {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return completed.load() >= ticket; });
@@ -725,8 +725,8 @@ at::Tensor& set_empty(at::Tensor& self) {
   return at::cpu::set_(self, storage, 0, {0}, {});
 }
 
-// Growing a storage: a new block, the old bytes copied in order on the current stream.
-void SimHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
+// Growing a storage: a new block, the old bytes copied once the current stream has passed them.
+void resize_bytes(const c10::Storage& storage, size_t newsize) {
   auto* impl = storage.unsafeGetStorageImpl();
   TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
   int device = impl->device().index();
@@ -742,6 +742,10 @@ void SimHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsiz
   impl->set_nbytes(newsize);
 }
 
+void SimHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
+  resize_bytes(storage, newsize);
+}
+
 const at::Tensor& resize(const at::Tensor& self, c10::SymIntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
   auto sizes = C10_AS_INTARRAYREF_SLOW(size);
   auto* impl = self.unsafeGetTensorImpl();
@@ -752,7 +756,7 @@ const at::Tensor& resize(const at::Tensor& self, c10::SymIntArrayRef size, std::
   if (self.numel() > 0) {
     size_t needed = static_cast<size_t>((offset + self.numel()) * itemsize);
     if (needed > static_cast<size_t>(old_storage)) {
-      SimHooks().resizePrivateUse1Bytes(self.storage(), needed);
+      resize_bytes(self.storage(), needed);
     }
   }
   if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
