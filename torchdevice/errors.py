@@ -99,7 +99,7 @@ class InvalidDeviceError(*_BASES):  # type: ignore[misc]  # (bases depend on the
     raises for an invalid device ordinal.
     """
 
-    def __init__(self, index, count: int, backend: str):
+    def __init__(self, index: object, count: int, backend: str) -> None:
         self.index, self.count, self.backend = index, count, backend
         super().__init__(
             f"invalid device ordinal {index!r} for torchdevice backend {backend!r}: "
