@@ -23,6 +23,7 @@ their arguments.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, Callable, NoReturn
 
@@ -277,7 +278,7 @@ class DistContext:
 DistCall = Callable[[DistContext], "tuple[tuple, dict]"]
 
 
-def _d(fn: Callable[[DistContext], tuple]) -> DistCall:
+def _d(fn: Callable[[DistContext], Iterable[Any]]) -> DistCall:
     return lambda ctx: (tuple(fn(ctx)), {})
 
 
