@@ -43,7 +43,7 @@ honoured on the active backend.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Union, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch._utils import _handle_complex
@@ -56,10 +56,9 @@ from .vocabulary import SOURCE_FAMILIES
 from .vocabulary import RealDevice as _Device
 
 if TYPE_CHECKING:
-    from .router import ActiveBackend
+    from torch.types import Device
 
-#: a device argument: an index, a string (``"cuda:1"``) or a ``torch.device``
-_DeviceArg = Union[int, str, "torch.device"]
+    from .router import ActiveBackend
 
 __all__ = [
     "broadcast",
@@ -141,7 +140,7 @@ def _indices(devices: Iterable[object], backend: ActiveBackend) -> list[int]:
 # -- the public functions (torch.cuda.comm's signatures) -------------------------------------
 
 
-def broadcast(tensor: torch.Tensor, devices: Iterable[_DeviceArg] | None = None, *,
+def broadcast(tensor: torch.Tensor, devices: Iterable[Device] | None = None, *,
               out: Iterable[torch.Tensor] | None = None) -> list[torch.Tensor]:
     """Broadcast ``tensor`` to ``devices``; or copy it into each of ``out``.
 
@@ -164,7 +163,7 @@ def broadcast(tensor: torch.Tensor, devices: Iterable[_DeviceArg] | None = None,
     return backend.collectives.broadcast(tensor, None, list(cast("Iterable[torch.Tensor]", out)))  # out given
 
 
-def broadcast_coalesced(tensors: Iterable[torch.Tensor], devices: Iterable[_DeviceArg],
+def broadcast_coalesced(tensors: Iterable[torch.Tensor], devices: Iterable[Device],
                         buffer_size: int = _DEFAULT_BUFFER) -> list[list[torch.Tensor]]:
     """Broadcast a sequence of tensors, all on ``devices[0]``, to ``devices``.
 
@@ -178,7 +177,7 @@ def broadcast_coalesced(tensors: Iterable[torch.Tensor], devices: Iterable[_Devi
     return backend.collectives.broadcast_coalesced(tensors, indices, int(buffer_size))
 
 
-def reduce_add(inputs: Iterable[torch.Tensor], destination: _DeviceArg | None = None) -> torch.Tensor:
+def reduce_add(inputs: Iterable[torch.Tensor], destination: Device = None) -> torch.Tensor:
     """Sum ``inputs`` (same shape) element-wise onto ``destination`` (default: current device).
 
     As in CUDA, ``destination`` must be the device of one of the inputs; the
@@ -189,7 +188,7 @@ def reduce_add(inputs: Iterable[torch.Tensor], destination: _DeviceArg | None = 
     return backend.collectives.reduce_add(list(inputs), dest)
 
 
-def reduce_add_coalesced(inputs: Iterable[Iterable[torch.Tensor]], destination: _DeviceArg | None = None,
+def reduce_add_coalesced(inputs: Iterable[Iterable[torch.Tensor]], destination: Device = None,
                          buffer_size: int = _DEFAULT_BUFFER) -> tuple[torch.Tensor, ...]:
     """Sum each group of tensors across devices, packing small ones into buffers.
 
@@ -201,7 +200,7 @@ def reduce_add_coalesced(inputs: Iterable[Iterable[torch.Tensor]], destination: 
     return backend.collectives.reduce_add_coalesced([list(i) for i in inputs], dest, int(buffer_size))
 
 
-def scatter(tensor: torch.Tensor, devices: Iterable[_DeviceArg] | None = None,
+def scatter(tensor: torch.Tensor, devices: Iterable[Device] | None = None,
             chunk_sizes: Iterable[int] | None = None, dim: int = 0, streams: list[Any] | None = None, *,
             out: Iterable[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
     """Split ``tensor`` along ``dim`` and place the chunks on ``devices`` (or into ``out``).
@@ -226,7 +225,7 @@ def scatter(tensor: torch.Tensor, devices: Iterable[_DeviceArg] | None = None,
     return tuple(backend.collectives.scatter(tensor, None, None, int(dim), streams, list(out)))
 
 
-def gather(tensors: Iterable[torch.Tensor], dim: int = 0, destination: _DeviceArg | None = None, *,
+def gather(tensors: Iterable[torch.Tensor], dim: int = 0, destination: Device = None, *,
            out: torch.Tensor | None = None) -> torch.Tensor:
     """Concatenate ``tensors`` along ``dim`` on ``destination`` (or into ``out``).
 
