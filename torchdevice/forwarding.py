@@ -31,6 +31,8 @@ _compiled: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
 compiled_sources: list[str] = []
 #: the makers kept as source, by the source they were written from
 _made: dict[str, Callable] = dict(_forwarding_made.MADE)
+#: the flag of ``from __future__ import annotations``: a maker's annotations are kept as strings, never evaluated
+_ANNOTATIONS = __future__.annotations.compiler_flag
 
 
 def shape_of(fn: Callable, *, follow_wrapped: bool = True) -> tuple[Shape, list[Any]]:
@@ -189,10 +191,6 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
     scope: dict[str, Any] = {}
     exec(compile(source, filename, "exec", flags=_ANNOTATIONS), scope)  # noqa: S102
     return scope["make"]
-
-
-#: the flag of ``from __future__ import annotations``: a maker's annotations are kept as strings, never evaluated
-_ANNOTATIONS = __future__.annotations.compiler_flag
 
 
 def render_made(sources: list[str]) -> str:
