@@ -319,7 +319,7 @@ def _positional_device(fn: _Fn, api: str) -> _Fn:
     Device = _Device
 
     @functools.wraps(fn)
-    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def to(self: torch.Tensor | torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if args:
             first = args[0]
             cls = first.__class__
@@ -350,7 +350,7 @@ def _move_method(source: str, kind: str, to: _Fn) -> _Fn:
     """``Tensor.cuda(device=None, ...)`` / ``Module.cuda(device=None)`` as a ``.to`` to the target."""
     api = f"{kind}.{source}()"
 
-    def move(self: Any, device: Device = None, *args: Any, **kwargs: Any) -> Any:
+    def move(self: torch.Tensor | torch.nn.Module, device: Device = None, *args: Any, **kwargs: Any) -> Any:
         if trace.active:
             trace.note(api, "translated")
         if device is None:
