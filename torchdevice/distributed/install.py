@@ -2,6 +2,9 @@
 target through the Patcher; :func:`uninstall`."""
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+
 from .. import router
 from .arguments import _state
 from .statuses import _foreign_engines
@@ -18,8 +21,13 @@ from .wrappers import (
     _wrap_split_group,
 )
 
+if TYPE_CHECKING:
+    from .._patching import Patcher
+    from ..translate import Target
 
-def _patch_function(patcher, modules, name: str, make) -> None:
+
+def _patch_function(patcher: Patcher, modules: list[ModuleType], name: str,
+                    make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     """Replace function ``name`` in every module of ``modules`` holding the same object."""
     import torch.distributed.distributed_c10d as c10d
 
@@ -34,7 +42,7 @@ def _patch_function(patcher, modules, name: str, make) -> None:
             patcher.set(module, name, wrapper)
 
 
-def install(patcher, target) -> None:
+def install(patcher: Patcher, target: Target) -> None:
     """Patch ``torch.distributed`` (and DDP) for ``target`` through ``patcher`` (see torchdevice.translate)."""
     try:
         import torch.distributed as dist

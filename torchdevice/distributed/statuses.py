@@ -4,6 +4,7 @@ the engines' differences (:data:`ENGINE_NOTES`), :func:`status`, and the queries
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from .. import router
 from ..backend import Status
@@ -104,7 +105,7 @@ def local_world_size() -> int | None:
     return value if value > 0 else None
 
 
-def _foreign_engines(device_type: str, sources) -> set[str]:
+def _foreign_engines(device_type: str, sources: Iterable[str]) -> set[str]:
     """Engines torch gives source device types that can carry neither ``device_type`` nor CPU tensors.
 
     ``nccl`` (cuda only) and ``xccl`` (xpu only) are foreign on a cpu target;
