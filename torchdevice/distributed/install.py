@@ -2,7 +2,6 @@
 target through the Patcher; :func:`uninstall`."""
 from __future__ import annotations
 
-from .. import router
 from .arguments import _state
 from .statuses import _foreign_engines
 from .wrappers import (
@@ -46,10 +45,9 @@ def install(patcher, target) -> None:
     import torch.distributed.distributed_c10d as c10d
     import torch.nn.parallel.distributed as ddp_module
 
-    active = router.active()
     _state.target = target
-    _state.engine = active.collectives.dist_backend
-    _state.backend_name = target.backend
+    _state.engine = target.collectives.dist_backend
+    _state.backend_name = target.name
     _state.foreign = frozenset(_foreign_engines(target.device_type, target.sources))
     source_engine = dist.Backend.default_device_backend_map.get(target.source)
     _state.claimed = frozenset(n for n in _state.foreign if n == source_engine)

@@ -1,17 +1,18 @@
 """``torch.<ns>`` memory functions: the allocator's figures, empty_cache, the memory fraction."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .. import trace as _trace
+from ..router import Target
 from .rules import NOOP, TRANSLATED, UNSUPPORTED, declared, op_rule, optional_op, when_op
-from .table import Builder, Facade, declare_unsupported, fronts
+from .table import Builder, declare_unsupported, fronts
 
 
 def device_op_builder(family: str, op: str) -> Builder:
     """Builder of ``torch.<ns>.<name>(device=None)``: the backend's ``family.op`` on that device's index."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
         fn, index = getattr(getattr(fx, family), op), fx.index
 
         def impl(device=None):
@@ -45,7 +46,7 @@ _DEPRECATED = {
 def deprecated_alias_builder(target: str, message: str) -> Builder:
     """Builder of a deprecated name: a FutureWarning (``message``, as torch's), then ``memory.target``."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
         fn, index, text = getattr(fx.memory, target), fx.index, message.format(ns=ns)
 
         def impl(device=None):
@@ -65,7 +66,7 @@ for _name, (_target, _message) in _DEPRECATED.items():
 
 
 @fronts("empty_cache", op_rule("memory", "empty_cache"))
-def build_empty_cache(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_empty_cache(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn = fx.memory.empty_cache
 
     def empty_cache() -> None:
@@ -75,7 +76,7 @@ def build_empty_cache(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("set_per_process_memory_fraction", op_rule("memory", "set_per_process_memory_fraction"))
-def build_set_per_process_memory_fraction(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_set_per_process_memory_fraction(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.set_per_process_memory_fraction, fx.index
 
     def set_per_process_memory_fraction(fraction, device=None) -> None:
@@ -89,8 +90,8 @@ def build_set_per_process_memory_fraction(fx: Facade, ns: str, name: str) -> Cal
 def current_device_figure_builder(target: str) -> Builder:
     """Builder of a no-argument figure of the current device: ``memory.target(current())``."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-        fn, current = getattr(fx.memory, target), fx.current
+    def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+        fn, current = getattr(fx.memory, target), fx.streams.current_device
 
         def impl() -> int:
             return fn(current())
@@ -124,7 +125,7 @@ def _nest(stats: dict) -> dict:
 
 
 @fronts("memory_stats_as_nested_dict", op_rule("memory", "memory_stats", how="memory_stats() nested on '.'"))
-def build_memory_stats_as_nested_dict(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_memory_stats_as_nested_dict(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.memory_stats, fx.index
 
     def memory_stats_as_nested_dict(device=None) -> dict:
@@ -134,10 +135,10 @@ def build_memory_stats_as_nested_dict(fx: Facade, ns: str, name: str) -> Callabl
 
 
 @fronts("memory_summary", op_rule("memory", "memory_stats", how="CUDA's table layout, from memory_stats()"))
-def build_memory_summary(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_memory_summary(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     from .. import memstats
 
-    fn, index, backend = fx.memory.memory_stats, fx.index, fx.backend
+    fn, index, backend = fx.memory.memory_stats, fx.index, fx.name
 
     def memory_summary(device=None, abbreviated: bool = False) -> str:
         idx = index(device)
@@ -147,7 +148,7 @@ def build_memory_summary(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("device_memory_used", op_rule("memory", "mem_get_info", how="total minus free of mem_get_info()"))
-def build_device_memory_used(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_device_memory_used(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.mem_get_info, fx.index
 
     def device_memory_used(device=None) -> int:
@@ -163,7 +164,7 @@ def build_device_memory_used(fx: Facade, ns: str, name: str) -> Callable[..., An
            "caching to enable or disable"),
     "the {backend} backend's caching allocator cannot be switched off from Python",
 ))
-def build_caching_allocator_enable(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_caching_allocator_enable(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     def caching_allocator_enable(value: bool = True) -> None:
         return None
 
@@ -176,7 +177,7 @@ def build_caching_allocator_enable(fx: Facade, ns: str, name: str) -> Callable[.
            "no-op)"),
     "the {backend} backend's caching allocator cannot be switched off from Python",
 ))
-def build_caching_allocator_disabled(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_caching_allocator_disabled(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     import contextlib
 
     @contextlib.contextmanager
@@ -198,7 +199,7 @@ declare_unsupported("get_allocator_backend",
                                                 "empty list, the snapshot CUDA gives before its first allocation (a "
                                                 "question answered, not refused; a backend with segments defines "
                                                 "MemoryOps.memory_snapshot)"))
-def build_memory_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_memory_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     def memory_snapshot(mempool_id=None, include_traces=True) -> list:
         return []
 
@@ -213,8 +214,8 @@ declare_unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats",
     "memory", "host_memory_stats",
     declared(UNSUPPORTED, "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()"),
 ))
-def build_host_memory_stats_as_nested_dict(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn = fx.memory.host_memory_stats
+def build_host_memory_stats_as_nested_dict(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn = cast(Any, fx.memory).host_memory_stats  # an optional operation: its rule checked it is there
 
     def host_memory_stats_as_nested_dict() -> dict:
         return _nest(fn())
@@ -236,8 +237,8 @@ _EMPTY_SNAPSHOT = ("the {backend} backend exposes no allocator segments and reco
 
 
 @fronts("snapshot", declared(TRANSLATED, _EMPTY_SNAPSHOT))
-def build_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    count = fx.count
+def build_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+    count = fx.device_count
 
     def snapshot() -> dict:
         return {"segments": [], "device_traces": [[] for _ in range(count)]}
@@ -258,8 +259,8 @@ declare_unsupported("memory._get_current_allocator", "the {backend} backend's al
 
 
 @fronts("memory._snapshot", declared(TRANSLATED, _EMPTY_SNAPSHOT))
-def build_private_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    count, index = fx.count, fx.index
+def build_private_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+    count, index = fx.device_count, fx.index
 
     def _snapshot(device=None, augment_with_fx_traces=False) -> dict:
         index(device)  # an invalid device raises, as CUDA's
@@ -269,8 +270,8 @@ def build_private_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]
 
 
 @fronts("memory._dump_snapshot", declared(TRANSLATED, "pickles _snapshot() to the file, as torch: " + _EMPTY_SNAPSHOT))
-def build_dump_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    count = fx.count
+def build_dump_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+    count = fx.device_count
 
     def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False) -> None:
         import pickle
@@ -282,7 +283,7 @@ def build_dump_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))
-def build_ipc_collect(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_ipc_collect(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     def ipc_collect() -> None:
         return None
 

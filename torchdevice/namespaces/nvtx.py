@@ -4,8 +4,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from ..router import Target
 from .rules import NOOP, declared
-from .table import NVTX_SPECS, Facade, fronts
+from .table import NVTX_SPECS, fronts
 
 _NVTX_NOTE = ("no NVTX profiler on the {backend} backend: the annotation is dropped; range depths and ids are "
               "tracked per thread so the values returned are the true ones")
@@ -23,7 +24,7 @@ def _nvtx_depth() -> list:
 
 
 @fronts("range_push", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_push(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_range_push(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     def range_push(msg) -> int:
         stack = _nvtx_depth()
         stack.append(msg)
@@ -33,7 +34,7 @@ def build_range_push(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("range_pop", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_pop(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_range_pop(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     def range_pop() -> int:
         stack = _nvtx_depth()
         if not stack:
@@ -45,7 +46,7 @@ def build_range_pop(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("range_start", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_start(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_range_start(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     def range_start(msg) -> int:
         with _nvtx_lock:
             return next(_nvtx_ids)
@@ -54,7 +55,7 @@ def build_range_start(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts(("range_end", "mark"), declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_end_or_mark(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_range_end_or_mark(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     def impl(arg) -> None:
         return None
 
@@ -63,7 +64,7 @@ def build_range_end_or_mark(fx: Facade, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("range", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_range(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     import contextlib
 
     push, pop = fx.state["nvtx.range_push"], fx.state["nvtx.range_pop"]

@@ -6,12 +6,13 @@ from typing import Any, Callable
 
 import torch
 
+from ..router import Target
 from .rules import op_rule
-from .table import Builder, Facade, fronts
+from .table import Builder, fronts
 
 
 @fronts("manual_seed", op_rule("rng", "manual_seed"))
-def build_manual_seed(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_manual_seed(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn = getattr(fx.rng, name)
 
     def impl(seed: int) -> None:
@@ -27,7 +28,7 @@ fronts("manual_seed_all", op_rule("rng", "manual_seed_all"))(build_manual_seed)
 def no_argument_op_builder(family: str, op: str) -> Builder:
     """Builder of ``torch.<ns>.<name>()``: the backend's ``family.op()``."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
         fn = getattr(getattr(fx, family), op)
 
         def impl():
@@ -45,7 +46,7 @@ for _name in ("seed", "seed_all", "initial_seed"):
 
 
 @fronts("get_rng_state", op_rule("rng", "get_rng_state"))
-def build_get_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_get_rng_state(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.get_rng_state, fx.index
 
     def get_rng_state(device=None) -> torch.Tensor:
@@ -60,7 +61,7 @@ def _check_state(new_state) -> None:
 
 
 @fronts("set_rng_state", op_rule("rng", "set_rng_state"))
-def build_set_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_set_rng_state(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.set_rng_state, fx.index
 
     def set_rng_state(new_state, device=None) -> None:
@@ -71,8 +72,8 @@ def build_set_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("get_rng_state_all", op_rule("rng", "get_rng_state", how="get_rng_state() of every device"))
-def build_get_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, count = fx.rng.get_rng_state, fx.count
+def build_get_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, count = fx.rng.get_rng_state, fx.device_count
 
     def get_rng_state_all() -> list:
         return [fn(i) for i in range(count)]
@@ -81,7 +82,7 @@ def build_get_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("set_rng_state_all", op_rule("rng", "set_rng_state", how="set_rng_state() of every device"))
-def build_set_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_set_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.set_rng_state, fx.index
 
     def set_rng_state_all(new_states) -> None:
@@ -93,8 +94,8 @@ def build_set_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("default_generators", op_rule("rng", "default_generator", how="each device's default generator"), kind="value")
-def build_default_generators(fx: Facade, ns: str, name: str) -> Any:
-    return _DeviceGenerators(fx.rng.default_generator, fx.count)
+def build_default_generators(fx: Target, ns: str, name: str) -> Any:
+    return _DeviceGenerators(fx.rng.default_generator, fx.device_count)
 
 
 class _DeviceGenerators(Sequence):
