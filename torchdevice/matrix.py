@@ -44,10 +44,11 @@ real API names it accepts these pseudo-API names for uses that are not calls:
 """
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from . import amp, catalog, distributed, namespaces, plugins, router
 from .backend import Status
@@ -135,7 +136,7 @@ def _default_backend() -> str:
 # -- statuses --------------------------------------------------------------------------------------
 
 
-def _as_status(answer) -> tuple[Status, str] | None:
+def _as_status(answer: tuple[Any, Any] | None) -> tuple[Status, str] | None:
     if answer is None:
         return None
     status, note = answer
@@ -273,7 +274,7 @@ class Row:
     entry: catalog.Entry | None = None
 
 
-def _resolve_backends(backends) -> list[str]:
+def _resolve_backends(backends: Iterable[str] | str | None) -> list[str]:
     if backends is None:
         return installed_backends()
     if isinstance(backends, str):
@@ -285,7 +286,7 @@ def _resolve_backends(backends) -> list[str]:
     return list(backends)
 
 
-def rows(backends=None) -> list[Row]:
+def rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     """One :class:`Row` per catalog function, in catalog order."""
     names = _resolve_backends(backends)
     result = []
@@ -300,7 +301,7 @@ def rows(backends=None) -> list[Row]:
     return result
 
 
-def extra_rows(backends=None) -> list[Row]:
+def extra_rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     """APIs torchdevice fronts beyond the catalog (classes, nvtx, comm, aliases, AMP)."""
     names = _resolve_backends(backends)
     in_catalog = {e.api for e in catalog.entries()}
@@ -320,7 +321,7 @@ def extra_rows(backends=None) -> list[Row]:
     return result
 
 
-def property_rows(backends=None) -> list[Row]:
+def property_rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     """One row per field of CUDA's device properties (:data:`torchdevice.backend.CUDA_PROPERTY_FIELDS`):
     what ``get_device_properties(i).<field>`` answers on each backend."""
     from .backend import CUDA_PROPERTY_FIELDS
@@ -359,7 +360,7 @@ def counts(table: list[Row], backends: list[str]) -> dict[str, dict[str, dict[st
     return result
 
 
-def data(backends=None) -> dict:
+def data(backends: Iterable[str] | str | None = None) -> dict[str, Any]:
     """The matrix as a JSON-ready dict."""
     names = _resolve_backends(backends)
     table = rows(names)
@@ -383,7 +384,7 @@ def data(backends=None) -> dict:
     }
 
 
-def render_json(backends=None) -> str:
+def render_json(backends: Iterable[str] | str | None = None) -> str:
     return json.dumps(data(backends), indent=1) + "\n"
 
 
@@ -412,7 +413,7 @@ def _notes_block(row: Row, names: list[str]) -> str:
     return f"- `{row.api}` — " + "; ".join(_md_cell(p) for p in parts)
 
 
-def render_md(backends=None) -> str:
+def render_md(backends: Iterable[str] | str | None = None) -> str:
     """The matrix as Markdown (what ``docs/compatibility.md`` holds)."""
     names = _resolve_backends(backends)
     table = rows(names)
@@ -514,14 +515,14 @@ def _md_table(table: list[Row], names: list[str], single: bool) -> list[str]:
 # -- command line ------------------------------------------------------------------------------------
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", metavar="NAME",
                         help="only this backend (repeatable); default: every installed backend")
     parser.add_argument("--format", choices=("md", "json"), default="md", help="output format (default: md)")
     parser.add_argument("--write", metavar="FILE", help="write to FILE instead of standard output")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     import sys
 
     try:

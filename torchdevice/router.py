@@ -225,7 +225,7 @@ def _priority_overrides() -> dict[str, int]:
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
-def _spec_problem(spec) -> str | None:
+def _spec_problem(spec: object) -> str | None:
     """What is wrong with a declared backend, or None (checked where plugins hand it over)."""
     if not isinstance(spec, BackendSpec):
         return f"returned {spec!r}, not a BackendSpec"
@@ -240,7 +240,7 @@ def _spec_problem(spec) -> str | None:
     return None
 
 
-def _known_device_type(device_type, privateuse1: bool = False) -> bool:
+def _known_device_type(device_type: object, privateuse1: bool = False) -> bool:
     if not isinstance(device_type, str) or ":" in device_type:
         return False
     import torch
@@ -420,7 +420,7 @@ _EXPECTED = {"device_count": int, "memory": MemoryOps, "streams": StreamOps, "rn
              "collectives": CollectiveOps}
 
 
-def _ask(name: str, owner: str, hook: str, errors: list, **extra):
+def _ask(name: str, owner: str, hook: str, errors: list[BaseException], **extra: Any) -> tuple[str | None, Any]:
     """Ask the plugin that declared backend ``name`` (others cannot answer for it); a plugin
     implementing the hook elsewhere is asked only when the owner has no implementation."""
     plugin, result = plugins.call_owner(hook, owner, errors, name=name, **extra)
@@ -441,7 +441,7 @@ def _resolve(name: str) -> Target:
             raise BackendUnavailableError(name, f"torchdevice_{hook} failed: {why}", [])
         if not isinstance(found[hook], expected) or isinstance(found[hook], bool):
             why = f"returned {found[hook]!r}, not a {expected.__name__}"
-            plugins.report(plugins.Problem(plugin, f"torchdevice_{hook}", why))
+            plugins.report(plugins.Problem(cast(str, plugin), f"torchdevice_{hook}", why))  # it answered: named
             raise BackendUnavailableError(name, f"torchdevice_{hook} of plugin {plugin!r} {why}", [])
     if found["device_count"] < 1:
         why = f"torchdevice_device_count of plugin {owner!r} returned {found['device_count']}, not at least 1"

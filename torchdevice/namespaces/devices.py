@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Literal, cast
 
 from .. import router
+from ..backend import DeviceProperties
 from ..errors import UnsupportedError
 from ..router import Target
 from ..vocabulary import optional_index
@@ -69,7 +70,7 @@ def build_current_device(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 def build_set_device(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     set_device_op, index = fx.streams.set_device, fx.index
 
-    def set_device(device) -> None:
+    def set_device(device: Any) -> None:
         if device is None or (isinstance(device, int) and device < 0):
             return  # a no-op, as torch.cuda.set_device(-1)
         set_device_op(index(device))
@@ -81,7 +82,7 @@ def build_set_device(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 def build_synchronize(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     sync, index = fx.streams.synchronize, fx.index
 
-    def synchronize(device=None) -> None:
+    def synchronize(device: Any = None) -> None:
         sync(index(device))
 
     return synchronize
@@ -98,11 +99,11 @@ def build_device(fx: Target, ns: str, name: str) -> type:
         A negative index or None leaves everything unchanged, as ``torch.cuda.device``.
         """
 
-        def __init__(self, device):
+        def __init__(self, device: Any) -> None:
             self.idx = optional_index(device, current)  # as CUDA's _get_device_index(optional=True)
             self.prev_idx = -1
 
-        def __enter__(self):
+        def __enter__(self) -> None:
             if self.idx < 0:
                 self.prev_idx = -1
                 return
@@ -111,7 +112,7 @@ def build_device(fx: Target, ns: str, name: str) -> type:
             if target != self.prev_idx:
                 set_device_op(target)
 
-        def __exit__(self, *exc) -> Literal[False]:
+        def __exit__(self, *exc: object) -> Literal[False]:
             if self.prev_idx >= 0:
                 self.idx = current()
                 if self.idx != self.prev_idx:
@@ -135,7 +136,7 @@ def build_device_of(fx: Target, ns: str, name: str) -> type:
     class device_of(device_cls):  # type: ignore[misc,valid-type]  # (this install's device class)
         """Context manager that makes the device of ``obj`` (a tensor or storage) current."""
 
-        def __init__(self, obj):
+        def __init__(self, obj: Any) -> None:
             idx = obj.get_device() if obj.device.type == device_type else -1
             super().__init__(idx if idx is not None and idx >= 0 else -1)
 
@@ -154,7 +155,7 @@ _PROPS = "from the {backend} backend's device properties ({what})"
 def build_get_device_properties(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     props, index = fx.properties, fx.index
 
-    def get_device_properties(device=None):
+    def get_device_properties(device: Any = None) -> DeviceProperties:
         return props(index(device))
 
     return get_device_properties
@@ -164,7 +165,7 @@ def build_get_device_properties(fx: Target, ns: str, name: str) -> Callable[...,
 def build_get_device_name(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     props, index = fx.properties, fx.index
 
-    def get_device_name(device=None) -> str:
+    def get_device_name(device: Any = None) -> str:
         return props(index(device)).name
 
     return get_device_name
@@ -200,7 +201,7 @@ def build_recommended_max_memory(fx: Target, ns: str, name: str) -> Callable[...
 def build_get_device_capability(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     props, index = fx.properties, fx.index
 
-    def get_device_capability(device=None) -> tuple[int, int]:
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
         return cast("tuple[int, int]", props(index(device)).capability)  # capability.complete filled it in
 
     return get_device_capability
@@ -227,7 +228,7 @@ def build_can_device_access_peer(fx: Target, ns: str, name: str) -> Callable[...
     index, backend = fx.index, fx.name
     api = f"torch.{ns}.{name}"
 
-    def can_device_access_peer(device, peer_device) -> bool:
+    def can_device_access_peer(device: Any, peer_device: Any) -> bool:
         if index(device) == index(peer_device):
             return False
         raise UnsupportedError(api, backend, "the backend reports no peer-access information between devices")

@@ -1,7 +1,7 @@
 """``torch.<ns>`` memory functions: the allocator's figures, empty_cache, the memory fraction."""
 from __future__ import annotations
 
-from typing import Any, Callable, cast
+from typing import Any, Callable, Iterator, cast
 
 from .. import trace as _trace
 from ..router import Target
@@ -15,7 +15,7 @@ def device_op_builder(family: str, op: str) -> Builder:
     def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
         fn, index = getattr(getattr(fx, family), op), fx.index
 
-        def impl(device=None):
+        def impl(device: Any = None) -> Any:
             return fn(index(device))
 
         impl.__name__ = impl.__qualname__ = name
@@ -49,7 +49,7 @@ def deprecated_alias_builder(target: str, message: str) -> Builder:
     def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
         fn, index, text = getattr(fx.memory, target), fx.index, message.format(ns=ns)
 
-        def impl(device=None):
+        def impl(device: Any = None) -> Any:
             _trace.warn(text, FutureWarning)
             return fn(index(device))
 
@@ -79,7 +79,7 @@ def build_empty_cache(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 def build_set_per_process_memory_fraction(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.set_per_process_memory_fraction, fx.index
 
-    def set_per_process_memory_fraction(fraction, device=None) -> None:
+    def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
         if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
             raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
         fn(float(fraction), index(device))
@@ -128,7 +128,7 @@ def _nest(stats: dict) -> dict:
 def build_memory_stats_as_nested_dict(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.memory_stats, fx.index
 
-    def memory_stats_as_nested_dict(device=None) -> dict:
+    def memory_stats_as_nested_dict(device: Any = None) -> dict:
         return _nest(fn(index(device)))
 
     return memory_stats_as_nested_dict
@@ -140,7 +140,7 @@ def build_memory_summary(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
     fn, index, backend = fx.memory.memory_stats, fx.index, fx.name
 
-    def memory_summary(device=None, abbreviated: bool = False) -> str:
+    def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         idx = index(device)
         return memstats.summary(fn(idx), idx, backend, abbreviated)
 
@@ -151,7 +151,7 @@ def build_memory_summary(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 def build_device_memory_used(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.memory.mem_get_info, fx.index
 
-    def device_memory_used(device=None) -> int:
+    def device_memory_used(device: Any = None) -> int:
         free, total = fn(index(device))
         return int(total - free)
 
@@ -181,7 +181,7 @@ def build_caching_allocator_disabled(fx: Target, ns: str, name: str) -> Callable
     import contextlib
 
     @contextlib.contextmanager
-    def caching_allocator_disabled():
+    def caching_allocator_disabled() -> Iterator[None]:
         yield
 
     return caching_allocator_disabled
@@ -200,7 +200,7 @@ declare_unsupported("get_allocator_backend",
                                                 "question answered, not refused; a backend with segments defines "
                                                 "MemoryOps.memory_snapshot)"))
 def build_memory_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    def memory_snapshot(mempool_id=None, include_traces=True) -> list:
+    def memory_snapshot(mempool_id: Any = None, include_traces: bool = True) -> list:
         return []
 
     return memory_snapshot
@@ -262,7 +262,7 @@ declare_unsupported("memory._get_current_allocator", "the {backend} backend's al
 def build_private_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     count, index = fx.device_count, fx.index
 
-    def _snapshot(device=None, augment_with_fx_traces=False) -> dict:
+    def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict:
         index(device)  # an invalid device raises, as CUDA's
         return {"segments": [], "device_traces": [[] for _ in range(count)]}
 
@@ -273,7 +273,7 @@ def build_private_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]
 def build_dump_snapshot(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     count = fx.device_count
 
-    def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False) -> None:
+    def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
         import pickle
 
         with open(filename, "wb") as f:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..router import Target
 from .rules import NOOP, declared
@@ -25,7 +25,7 @@ def _nvtx_depth() -> list:
 
 @fronts("range_push", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
 def build_range_push(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    def range_push(msg) -> int:
+    def range_push(msg: str) -> int:
         stack = _nvtx_depth()
         stack.append(msg)
         return len(stack) - 1
@@ -47,7 +47,7 @@ def build_range_pop(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
 @fronts("range_start", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
 def build_range_start(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    def range_start(msg) -> int:
+    def range_start(msg: str) -> int:
         with _nvtx_lock:
             return next(_nvtx_ids)
 
@@ -56,7 +56,7 @@ def build_range_start(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
 @fronts(("range_end", "mark"), declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
 def build_range_end_or_mark(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    def impl(arg) -> None:
+    def impl(arg: Any) -> None:
         return None
 
     impl.__name__ = impl.__qualname__ = name
@@ -70,7 +70,7 @@ def build_range(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     push, pop = fx.state["nvtx.range_push"], fx.state["nvtx.range_pop"]
 
     @contextlib.contextmanager
-    def range(msg, *args, **kwargs):
+    def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
         push(msg.format(*args, **kwargs))
         try:
             yield

@@ -1,7 +1,7 @@
 """``torch.<ns>`` random-number functions: seeds, generator states, default_generators."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable
 
 import torch
@@ -31,7 +31,7 @@ def no_argument_op_builder(family: str, op: str) -> Builder:
     def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
         fn = getattr(getattr(fx, family), op)
 
-        def impl():
+        def impl() -> Any:
             return fn()
 
         impl.__name__ = impl.__qualname__ = name
@@ -49,13 +49,13 @@ for _name in ("seed", "seed_all", "initial_seed"):
 def build_get_rng_state(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.get_rng_state, fx.index
 
-    def get_rng_state(device=None) -> torch.Tensor:
+    def get_rng_state(device: Any = None) -> torch.Tensor:
         return fn(index(device))
 
     return get_rng_state
 
 
-def _check_state(new_state) -> None:
+def _check_state(new_state: object) -> None:
     if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8:
         raise TypeError(f"new_state must be a torch.ByteTensor, got {type(new_state).__name__}")
 
@@ -64,7 +64,7 @@ def _check_state(new_state) -> None:
 def build_set_rng_state(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.set_rng_state, fx.index
 
-    def set_rng_state(new_state, device=None) -> None:
+    def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
         _check_state(new_state)
         fn(new_state, index(device))
 
@@ -85,7 +85,7 @@ def build_get_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any
 def build_set_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = fx.rng.set_rng_state, fx.index
 
-    def set_rng_state_all(new_states) -> None:
+    def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
         for i, state in enumerate(new_states):
             _check_state(state)
             fn(state, index(i))
@@ -108,15 +108,15 @@ class _DeviceGenerators(Sequence):
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
             return tuple(self._get(i) for i in range(self._count)[index])
         return self._get(range(self._count)[index])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return (self._get(i) for i in range(self._count))  # errors propagate (Sequence's would stop)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
 
     __hash__ = None  # type: ignore[assignment]  # mutable view, like a list

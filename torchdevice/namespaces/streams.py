@@ -17,7 +17,7 @@ from .table import declare_unsupported, fronts
 def build_current_or_default_stream(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     fn, index = getattr(fx.streams, name), fx.index
 
-    def impl(device=None):
+    def impl(device: Any = None) -> Any:
         return fn(index(device))
 
     impl.__name__ = impl.__qualname__ = name
@@ -30,7 +30,7 @@ fronts("default_stream", op_rule("streams", "default_stream"))(build_current_or_
 def _set_stream_impl(fx: Target) -> Callable[[Any], None]:
     set_stream_op, set_device_op, current = fx.streams.set_stream, fx.streams.set_device, fx.streams.current_device
 
-    def set_stream(stream) -> None:
+    def set_stream(stream: Any) -> None:
         if stream is None:
             return  # a no-op, as torch.cuda.set_stream(None)
         index = getattr(stream, "device_index", None)
@@ -56,12 +56,12 @@ def build_StreamContext(fx: Target, ns: str, name: str) -> type:
     class StreamContext:
         """Context manager that selects ``stream`` (None: no-op), as ``torch.cuda.StreamContext``."""
 
-        def __init__(self, stream):
+        def __init__(self, stream: Any) -> None:
             self.stream = stream
-            self.src_prev_stream = None
-            self.dst_prev_stream = None
+            self.src_prev_stream: Any = None
+            self.dst_prev_stream: Any = None
 
-        def __enter__(self):
+        def __enter__(self) -> None:
             cur = self.stream
             if cur is None:
                 return
@@ -70,7 +70,7 @@ def build_StreamContext(fx: Target, ns: str, name: str) -> type:
                 self.dst_prev_stream = current_stream_op(index(cur.device_index))
             set_stream(cur)
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: object) -> None:
             cur = self.stream
             if cur is None:
                 return
@@ -87,7 +87,7 @@ def build_StreamContext(fx: Target, ns: str, name: str) -> type:
 def build_stream(fx: Target, ns: str, name: str) -> Callable[..., Any]:
     context = fx.state[f"{ns}.StreamContext"]
 
-    def stream(stream):
+    def stream(stream: Any) -> Any:
         return context(stream)
 
     return stream
@@ -148,7 +148,7 @@ _MODES = {"default": 0, "warn": 1, "error": 2}
 
 @fronts("set_sync_debug_mode", when_op("streams", "synchronize", NOOP, _SYNC_DEBUG, _SYNC_DEBUG_NO))
 def build_set_sync_debug_mode(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    def set_sync_debug_mode(debug_mode) -> None:
+    def set_sync_debug_mode(debug_mode: int | str) -> None:
         if isinstance(debug_mode, str):
             if debug_mode not in _MODES:
                 raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
@@ -195,8 +195,8 @@ declare_unsupported("ExternalStream", "external {ns} streams cannot be wrapped o
     "computing the same results without graph replay",
 ))
 def build_make_graphed_callables(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
-                               allow_unused_input: bool = False, pool=None):
+    def make_graphed_callables(callables: Any, sample_args: Any, num_warmup_iters: int = 3,
+                               allow_unused_input: bool = False, pool: Any = None) -> Any:
         return callables
 
     return make_graphed_callables
