@@ -19,7 +19,7 @@ Where to look
     ``tunable.py``      torch.cuda.tunable (TunableOp): queries False, settings unsupported
     ==================  ===========================================================================
 
-    A row is ``@fronts("name", rule)`` above ``def build_name(fx: Target, ns: str, name: str)``, or a
+    A row is ``@fronts("name", rule)`` above ``def build_name(target: Target, ns: str, name: str)``, or a
     ``declare_unsupported("name", instead)`` / ``declare_native("name", note)`` line (their helpers:
     ``table.py``). ``where("torch.cuda.memory_allocated")`` answers with the file, line and builder.
     The rule (``rules.py``) gives the status, from the backend's operation tags; the builder returns

@@ -24,8 +24,8 @@ def _no_engine_version(target: Target, ns: str) -> tuple[Status, str]:
 
 
 @fronts("nccl.version", optional_op("collectives", "engine_version", _no_engine_version))
-def build_version(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    engine_version = cast(Any, fx.collectives).engine_version  # an optional operation: its rule checked it is there
+def build_version(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    engine_version = cast(Any, target.collectives).engine_version  # an optional operation: its rule checked it is there
 
     def version() -> tuple:
         return tuple(engine_version())

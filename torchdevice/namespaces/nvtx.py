@@ -24,7 +24,7 @@ def _nvtx_depth() -> list:
 
 
 @fronts("range_push", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_push(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_range_push(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def range_push(msg: str) -> int:
         stack = _nvtx_depth()
         stack.append(msg)
@@ -34,7 +34,7 @@ def build_range_push(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("range_pop", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_pop(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_range_pop(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def range_pop() -> int:
         stack = _nvtx_depth()
         if not stack:
@@ -46,7 +46,7 @@ def build_range_pop(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("range_start", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_start(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_range_start(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def range_start(msg: str) -> int:
         with _nvtx_lock:
             return next(_nvtx_ids)
@@ -55,7 +55,7 @@ def build_range_start(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts(("range_end", "mark"), declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_end_or_mark(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_range_end_or_mark(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def impl(arg: Any) -> None:
         return None
 
@@ -64,10 +64,10 @@ def build_range_end_or_mark(fx: Target, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("range", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_range(target: Target, ns: str, name: str) -> Callable[..., Any]:
     import contextlib
 
-    push, pop = fx.state["nvtx.range_push"], fx.state["nvtx.range_pop"]
+    push, pop = target.state["nvtx.range_push"], target.state["nvtx.range_pop"]
 
     @contextlib.contextmanager
     def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:

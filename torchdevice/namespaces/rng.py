@@ -12,8 +12,8 @@ from .table import Builder, fronts
 
 
 @fronts("manual_seed", op_rule("rng", "manual_seed"))
-def build_manual_seed(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    fn = getattr(fx.rng, name)
+def build_manual_seed(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn = getattr(target.rng, name)
 
     def impl(seed: int) -> None:
         fn(int(seed))
@@ -28,8 +28,8 @@ fronts("manual_seed_all", op_rule("rng", "manual_seed_all"))(build_manual_seed)
 def no_argument_op_builder(family: str, op: str) -> Builder:
     """Builder of ``torch.<ns>.<name>()``: the backend's ``family.op()``."""
 
-    def build(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-        fn = getattr(getattr(fx, family), op)
+    def build(target: Target, ns: str, name: str) -> Callable[..., Any]:
+        fn = getattr(getattr(target, family), op)
 
         def impl() -> Any:
             return fn()
@@ -46,8 +46,8 @@ for _name in ("seed", "seed_all", "initial_seed"):
 
 
 @fronts("get_rng_state", op_rule("rng", "get_rng_state"))
-def build_get_rng_state(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.rng.get_rng_state, fx.index
+def build_get_rng_state(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.rng.get_rng_state, target.index
 
     def get_rng_state(device: Any = None) -> torch.Tensor:
         return fn(index(device))
@@ -61,8 +61,8 @@ def _check_state(new_state: object) -> None:
 
 
 @fronts("set_rng_state", op_rule("rng", "set_rng_state"))
-def build_set_rng_state(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.rng.set_rng_state, fx.index
+def build_set_rng_state(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.rng.set_rng_state, target.index
 
     def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
         _check_state(new_state)
@@ -72,8 +72,8 @@ def build_set_rng_state(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("get_rng_state_all", op_rule("rng", "get_rng_state", how="get_rng_state() of every device"))
-def build_get_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    fn, count = fx.rng.get_rng_state, fx.device_count
+def build_get_rng_state_all(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, count = target.rng.get_rng_state, target.device_count
 
     def get_rng_state_all() -> list:
         return [fn(i) for i in range(count)]
@@ -82,8 +82,8 @@ def build_get_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("set_rng_state_all", op_rule("rng", "set_rng_state", how="set_rng_state() of every device"))
-def build_set_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.rng.set_rng_state, fx.index
+def build_set_rng_state_all(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.rng.set_rng_state, target.index
 
     def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
         for i, state in enumerate(new_states):
@@ -94,8 +94,8 @@ def build_set_rng_state_all(fx: Target, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("default_generators", op_rule("rng", "default_generator", how="each device's default generator"), kind="value")
-def build_default_generators(fx: Target, ns: str, name: str) -> Any:
-    return _DeviceGenerators(fx.rng.default_generator, fx.device_count)
+def build_default_generators(target: Target, ns: str, name: str) -> Any:
+    return _DeviceGenerators(target.rng.default_generator, target.device_count)
 
 
 class _DeviceGenerators(Sequence):

@@ -14,8 +14,8 @@ from .table import declare_unsupported, fronts
 
 
 @fronts("current_stream", op_rule("streams", "current_stream"))
-def build_current_or_default_stream(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = getattr(fx.streams, name), fx.index
+def build_current_or_default_stream(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = getattr(target.streams, name), target.index
 
     def impl(device: Any = None) -> Any:
         return fn(index(device))
@@ -27,8 +27,8 @@ def build_current_or_default_stream(fx: Target, ns: str, name: str) -> Callable[
 fronts("default_stream", op_rule("streams", "default_stream"))(build_current_or_default_stream)
 
 
-def _set_stream_impl(fx: Target) -> Callable[[Any], None]:
-    set_stream_op, set_device_op, current = fx.streams.set_stream, fx.streams.set_device, fx.streams.current_device
+def _set_stream_impl(target: Target) -> Callable[[Any], None]:
+    set_stream_op, set_device_op, current = target.streams.set_stream, target.streams.set_device, target.streams.current_device
 
     def set_stream(stream: Any) -> None:
         if stream is None:
@@ -42,16 +42,16 @@ def _set_stream_impl(fx: Target) -> Callable[[Any], None]:
 
 
 @fronts("set_stream", all_of(("streams", "set_stream"), ("streams", "set_device")))
-def build_set_stream(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    return _set_stream_impl(fx)
+def build_set_stream(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    return _set_stream_impl(target)
 
 
 @fronts("StreamContext", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
                                how="selects a stream (and its device) for its block, then restores both"),
        kind="class")
-def build_StreamContext(fx: Target, ns: str, name: str) -> type:
-    set_stream = _set_stream_impl(fx)
-    current_stream_op, index = fx.streams.current_stream, fx.index
+def build_StreamContext(target: Target, ns: str, name: str) -> type:
+    set_stream = _set_stream_impl(target)
+    current_stream_op, index = target.streams.current_stream, target.index
 
     class StreamContext:
         """Context manager that selects ``stream`` (None: no-op), as ``torch.cuda.StreamContext``."""
@@ -84,8 +84,8 @@ def build_StreamContext(fx: Target, ns: str, name: str) -> type:
 
 @fronts("stream", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
                         how="returns torch.{ns}.StreamContext(stream)"))
-def build_stream(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    context = fx.state[f"{ns}.StreamContext"]
+def build_stream(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    context = target.state[f"{ns}.StreamContext"]
 
     def stream(stream: Any) -> Any:
         return context(stream)
@@ -94,19 +94,19 @@ def build_stream(fx: Target, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("Stream", stream_class_rule("Stream"), kind="class")
-def build_Stream(fx: Target, ns: str, name: str) -> type | None:
-    return fx.streams.Stream
+def build_Stream(target: Target, ns: str, name: str) -> type | None:
+    return target.streams.Stream
 
 
 @fronts("Event", stream_class_rule("Event"), kind="class")
-def build_Event(fx: Target, ns: str, name: str) -> type | None:
-    return fx.streams.Event
+def build_Event(target: Target, ns: str, name: str) -> type | None:
+    return target.streams.Event
 
 
 @fronts("is_current_stream_capturing", declared(
     EMULATED, "always False: graph capture does not exist on the {backend} backend, so none can be underway",
 ))
-def build_is_current_stream_capturing(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_is_current_stream_capturing(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def is_current_stream_capturing() -> bool:
         return False
 
@@ -120,11 +120,11 @@ def build_is_current_stream_capturing(fx: Target, ns: str, name: str) -> Callabl
     "the {backend} backend cannot queue a wait on a stream (its streams family has no sleep operation); "
     "time.sleep() waits on the host",
 ))
-def build_sleep(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_sleep(target: Target, ns: str, name: str) -> Callable[..., Any]:
     """``torch.<ns>._sleep(cycles)``: the backend's ``streams.sleep(ms, index)``, or a host sleep where it has none."""
-    queued = status_of(fx.streams, "sleep")[0] is not Status.UNSUPPORTED
-    sleep_op = fx.streams.sleep if queued else None
-    current, properties = fx.streams.current_device, fx.properties
+    queued = status_of(target.streams, "sleep")[0] is not Status.UNSUPPORTED
+    sleep_op = target.streams.sleep if queued else None
+    current, properties = target.streams.current_device, target.properties
 
     def _sleep(cycles: int) -> None:
         index = current()
@@ -147,7 +147,7 @@ _MODES = {"default": 0, "warn": 1, "error": 2}
 
 
 @fronts("set_sync_debug_mode", when_op("streams", "synchronize", NOOP, _SYNC_DEBUG, _SYNC_DEBUG_NO))
-def build_set_sync_debug_mode(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_set_sync_debug_mode(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def set_sync_debug_mode(debug_mode: int | str) -> None:
         if isinstance(debug_mode, str):
             if debug_mode not in _MODES:
@@ -155,7 +155,7 @@ def build_set_sync_debug_mode(fx: Target, ns: str, name: str) -> Callable[..., A
             debug_mode = _MODES[debug_mode]
         if not isinstance(debug_mode, int) or debug_mode not in (0, 1, 2):
             raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected 0, 1 or 2")
-        fx.state["sync_debug_mode"] = int(debug_mode)
+        target.state["sync_debug_mode"] = int(debug_mode)
 
     return set_sync_debug_mode
 
@@ -164,8 +164,8 @@ def build_set_sync_debug_mode(fx: Target, ns: str, name: str) -> Callable[..., A
     EMULATED, "the mode set_sync_debug_mode kept (0, 'default', where it cannot be set on the {backend} backend): "
     "no operation on it is reported as synchronizing",
 ))
-def build_get_sync_debug_mode(fx: Target, ns: str, name: str) -> Callable[..., Any]:
-    state = fx.state
+def build_get_sync_debug_mode(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    state = target.state
 
     def get_sync_debug_mode() -> int:
         return state.get("sync_debug_mode", 0)
@@ -194,7 +194,7 @@ declare_unsupported("ExternalStream", "external {ns} streams cannot be wrapped o
     NOOP, "graphs do not exist on the {backend} backend: the callables are returned as they are and run eagerly, "
     "computing the same results without graph replay",
 ))
-def build_make_graphed_callables(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_make_graphed_callables(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def make_graphed_callables(callables: Any, sample_args: Any, num_warmup_iters: int = 3,
                                allow_unused_input: bool = False, pool: Any = None) -> Any:
         return callables
@@ -205,7 +205,7 @@ def build_make_graphed_callables(fx: Target, ns: str, name: str) -> Callable[...
 @fronts("check_error", declared(
     EMULATED, "0 (cudaSuccess) passes; any other CUDA runtime result code raises torch.cuda.CudaError",
 ))
-def build_check_error(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_check_error(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def check_error(res: int) -> None:
         if res != 0:
             error_class = getattr(torch.cuda, "CudaError", RuntimeError)

@@ -2,7 +2,7 @@
 
 The family modules fill it when imported, one row per name, with three helpers:
 
-* ``@fronts("name", rule)`` above a builder ``build_name(fx: Target, ns: str, name: str)``, which
+* ``@fronts("name", rule)`` above a builder ``build_name(target: Target, ns: str, name: str)``, which
   returns the object ``torch.<ns>.<name>`` becomes (called by :func:`~torchdevice.namespaces.install`
   once per install, only when the rule's status is not unsupported);
 * ``declare_unsupported("name", instead)``: raises :class:`~torchdevice.UnsupportedError` saying what
@@ -14,8 +14,8 @@ A name ``"<submodule>.<name>"`` (``"memory._snapshot"``, ``"nccl.version"``) is 
 
 Every row records where it was declared (:attr:`Spec.declared_at`); :func:`where` answers with it.
 Also here: :data:`OPTIONAL_OPS` (operations a plugin may add to its Ops to give a function a real
-answer). A builder closes over the install's :class:`~torchdevice.router.Target` (``fx``): the
-backend's bound operations, ``fx.index(device)``, and ``fx.state``, the objects built so far.
+answer). A builder closes over the install's :class:`~torchdevice.router.Target` (``target``): the
+backend's bound operations, ``target.index(device)``, and ``target.state``, the objects built so far.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ SUBMODULES = {
     "mtia": ("memory",),
 }
 
-#: ``build(fx, ns, name)``: the object ``torch.<ns>.<name>`` becomes, given the install's
+#: ``build(target, ns, name)``: the object ``torch.<ns>.<name>`` becomes, given the install's
 #: :class:`~torchdevice.router.Target`, the namespace (``"cuda"``) and the function's short name.
 Builder = Callable[[Target, str, str], Any]
 
@@ -49,7 +49,7 @@ Names = Union[str, "tuple[str, ...]"]
 class Spec(NamedTuple):
     """How one namespace function behaves: its status rule and, unless native, its builder.
 
-    ``build(fx, ns, name)`` returns the implementation, called only when the
+    ``build(target, ns, name)`` returns the implementation, called only when the
     rule's status is not unsupported; unsupported functions raise
     :class:`~torchdevice.UnsupportedError` built from the rule's note.
     """
@@ -148,11 +148,11 @@ OPTIONAL_OPS = {
 }
 
 
-def _build_optional(fx: Target, name: str, build: Builder | None) -> Callable[..., Any]:
+def _build_optional(target: Target, name: str, build: Builder | None) -> Callable[..., Any]:
     """Builder: the backend's optional op when it has one, else ``build`` (the fallback's builder)."""
     family, call = OPTIONAL_OPS[name]
-    op = getattr(getattr(fx, family), name)
-    index = fx.index
+    op = getattr(getattr(target, family), name)
+    index = target.index
     impl: Callable[..., Any]
     if call == "device":
         def device_impl(device: Any = None) -> Any:
@@ -174,12 +174,12 @@ def optional_op_builder(name: str, fallback: Builder | None) -> Builder:
     """Builder of an optional operation's function: the backend's own op when its Ops define one, else
     ``fallback`` (the builder declared in the family module; None where that row has none)."""
 
-    def build(fx: Target, ns: str, short: str) -> Any:
+    def build(target: Target, ns: str, short: str) -> Any:
         family, _ = OPTIONAL_OPS[name]
-        ops = getattr(fx, family)
+        ops = getattr(target, family)
         if ops is not None and callable(getattr(type(ops), name, None)):
-            return _build_optional(fx, name, None)
-        return None if fallback is None else fallback(fx, ns, short)
+            return _build_optional(target, name, None)
+        return None if fallback is None else fallback(target, ns, short)
 
     build.__qualname__ = f"optional_op_builder({name!r}, fallback={getattr(fallback, '__qualname__', None)})"
     return build

@@ -15,7 +15,7 @@ _QUERIES = ("tunable.is_enabled", "tunable.tuning_is_enabled", "tunable.record_u
 
 @fronts(_QUERIES, declared(TRANSLATED, "False: TunableOp tunes CUDA/ROCm BLAS kernels, which the {backend} backend "
                                        "does not run, so it is never on"))
-def build_query(fx: Target, ns: str, name: str) -> Callable[..., Any]:
+def build_query(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def query() -> bool:
         return False
 
