@@ -132,6 +132,8 @@ class Target:
         return status_of(ops, name)
 
     def properties(self, index: int) -> DeviceProperties:
+        """Device ``index``'s properties, asked of the backend's plugin the first time (then kept), with
+        what the plugin left empty filled in (:func:`torchdevice.capability.complete`)."""
         props = self._properties.get(index)
         if props is None:
             errors: list[BaseException] = []
@@ -152,7 +154,10 @@ def _indexer(backend: str, count: int, streams: StreamOps | None) -> Callable[..
     """``index(device=None)`` of a backend with ``count`` devices: the current device for None or a
     negative int, the index of an int, string or ``torch.device`` (:class:`InvalidDeviceError` beyond
     ``count``). A closure over the values, not a method: the fronted functions call it on each call."""
-    current = streams.current_device if streams is not None else (lambda: 0)
+    def no_current() -> int:
+        raise TorchDeviceError(f"backend {backend!r} has no stream operations, so no current device")
+
+    current = streams.current_device if streams is not None else no_current
 
     def index(device: Device = None) -> int:
         if device is None:
