@@ -142,7 +142,7 @@ def status_for(target) -> dict[str, tuple[Status, str]]:
     if available:
         ac = (Status.TRANSLATED, f"runs torch.autocast({tt!r}); no dtype given -> {default}, an explicit dtype is kept")
     else:
-        ac = (Status.UNSUPPORTED, f"backend {target.backend!r} ({tt}) has no autocast: runs disabled, with a warning")
+        ac = (Status.UNSUPPORTED, f"backend {target.name!r} ({tt}) has no autocast: runs disabled, with a warning")
     gs = (Status.TRANSLATED, f"runs torch.amp.GradScaler({tt!r}): real loss scaling and inf/NaN checks")
     q = (Status.TRANSLATED, f"answers for device type {tt!r}")
     return {
@@ -187,7 +187,7 @@ def install(patcher, target) -> None:
     base_init = autocast_cls.__init__
     ac_how = (
         f"translated: torch.autocast({tt!r}), default dtype {default_desc}" if available
-        else f"unsupported: backend {target.backend!r} has no autocast; runs disabled"
+        else f"unsupported: backend {target.name!r} has no autocast; runs disabled"
     )
     warned: list[bool] = []
 
@@ -199,7 +199,7 @@ def install(patcher, target) -> None:
                 warned.append(True)
                 trace.warn(
                     f"torchdevice: autocast({device_type!r}) runs disabled: the active backend "
-                    f"{target.backend!r} ({tt}) has no autocast; the program computes in full precision",
+                    f"{target.name!r} ({tt}) has no autocast; the program computes in full precision",
                     RuntimeWarning,
                 )
             return device_type, dtype, False
@@ -211,7 +211,7 @@ def install(patcher, target) -> None:
             dtype = implicit
         if enabled and dtype is not None and dtype not in supported:
             # torch would warn from inside its autocast, located in this file: say it at the program's line
-            _warn_unsupported_dtype(device_type, dtype, target.backend, tt, supported)
+            _warn_unsupported_dtype(device_type, dtype, target.name, tt, supported)
             return tt, dtype, False
         return tt, dtype, enabled
 

@@ -99,8 +99,8 @@ def hook() -> None:
         from . import router
 
         for note in router.passed_over():
-            _warn(f"automatic selection chose {target.backend!r} after passing over {note}")
-        outcome = f"on: {why}: translating {', '.join(sorted(target.sources))} to backend {target.backend!r} ({target.device_type})"
+            _warn(f"automatic selection chose {target.name!r} after passing over {note}")
+        outcome = f"on: {why}: translating {', '.join(sorted(target.sources))} to backend {target.name!r} ({target.device_type})"
         import logging
 
         logging.getLogger("torchdevice").info("zero-code activation %s", outcome[4:])

@@ -95,7 +95,7 @@ def _mapped_index(index: int | None) -> torch.device:
     """The real target device for source index ``index`` (None: the current device)."""
     t = _target
     if index is not None and not 0 <= index < t.device_count:
-        raise InvalidDeviceError(index, t.device_count, t.backend)
+        raise InvalidDeviceError(index, t.device_count, t.name)
     if not t.indexed:  # one object, so a backend can tell a translated device from a typed "cpu"
         return host_target
     return _Device(t.device_type) if index is None else _Device(t.device_type, index)

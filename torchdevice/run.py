@@ -184,16 +184,16 @@ def _activate(backend: str | None, source: str | None = None, devices: int | Non
             source, how = translate.DEFAULT_SOURCE, "the default"
     target = translate.patch(source=source)
     for note in router.passed_over():  # once: children get the chosen backend by name
-        print(f"torchdevice run: warning: automatic selection chose {target.backend!r} after passing over {note}",
+        print(f"torchdevice run: warning: automatic selection chose {target.name!r} after passing over {note}",
               file=sys.stderr)
     # children: same backend, same source family, and never opted out
-    os.environ[router.ENV_BACKEND] = target.backend
+    os.environ[router.ENV_BACKEND] = target.name
     os.environ[translate.ENV_SOURCE] = target.source
     if os.environ.get(autoload.ENV_AUTO, "").strip().lower() in autoload._FALSE:
         del os.environ[autoload.ENV_AUTO]
     trace.configure_logging()
     trace.logger.info("torchdevice run: translating %s to backend %r (%s); source family %s (%s), %d device(s)",
-                      ", ".join(sorted(target.sources)), target.backend, target.device_type, target.source, how,
+                      ", ".join(sorted(target.sources)), target.name, target.device_type, target.source, how,
                       target.device_count)
     return target
 
@@ -440,7 +440,7 @@ def report_dict(target: Target, command: list[str], module: bool, status: int, d
     return {
         "torchdevice": __version__,
         "command": (["python", "-m"] if module else ["python"]) + list(command),
-        "backend": target.backend,
+        "backend": target.name,
         "device_type": target.device_type,
         "translated_sources": sorted(target.sources),
         "source": target.source,

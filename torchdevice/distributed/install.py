@@ -5,7 +5,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import router
 from .arguments import _state
 from .statuses import _foreign_engines
 from .wrappers import (
@@ -23,7 +22,7 @@ from .wrappers import (
 
 if TYPE_CHECKING:
     from .._patching import Patcher
-    from ..translate import Target
+    from ..router import Target
 
 
 def _patch_function(patcher: Patcher, modules: list[ModuleType], name: str,
@@ -54,10 +53,9 @@ def install(patcher: Patcher, target: Target) -> None:
     import torch.distributed.distributed_c10d as c10d
     import torch.nn.parallel.distributed as ddp_module
 
-    active = router.active()
     _state.target = target
-    _state.engine = active.collectives.dist_backend
-    _state.backend_name = target.backend
+    _state.engine = target.collectives.dist_backend
+    _state.backend_name = target.name
     _state.foreign = frozenset(_foreign_engines(target.device_type, target.sources))
     source_engine = dist.Backend.default_device_backend_map.get(target.source)
     _state.claimed = frozenset(n for n in _state.foreign if n == source_engine)

@@ -126,8 +126,9 @@ def _foreign_engines(device_type: str, sources: Iterable[str]) -> set[str]:
     return foreign
 
 
-def status(name: str) -> tuple[Status, str]:
-    """``(Status, note)`` of ``torch.distributed.<name>`` on the active backend's engine.
+def status(name: str, target: router.Target | None = None) -> tuple[Status, str]:
+    """``(Status, note)`` of ``torch.distributed.<name>`` on the engine of backend ``target`` (default: the active
+    backend; ``torchdevice matrix`` passes each backend's).
 
     Accepts ``"all_reduce"`` or ``"torch.distributed.all_reduce"``; every name in
     :data:`CATALOG` is answered. Example::
@@ -138,7 +139,7 @@ def status(name: str) -> tuple[Status, str]:
     short = name.rsplit(".", 1)[-1]
     if short not in CATALOG:
         raise KeyError(f"{name!r} is not a torch.distributed function of the catalog")
-    active = router.active()
+    active = router.active() if target is None else target
     eng = active.collectives.dist_backend
     device_type = active.device_type
     sources = [s for s in SOURCE_FAMILIES if s != device_type]

@@ -88,7 +88,7 @@ def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) 
 
     class TranslatedCUDAAccelerator(base):  # type: ignore[misc, valid-type]
         __doc__ = (f"Lightning's accelerator for CUDA-written code translated by torchdevice to backend "
-                   f"{target.backend!r} ({device_type}): CUDA's device parsing and hints, the target's devices.")
+                   f"{target.name!r} ({device_type}): CUDA's device parsing and hints, the target's devices.")
 
         def setup_device(self, device) -> None:
             if device.type != device_type:
@@ -140,7 +140,7 @@ def accelerator_class(pkg: str, target: Any) -> type:
     """The translated accelerator class of Lightning package ``pkg`` (``"lightning.pytorch"``...) for
     ``target``: one class per package and target, reachable as a module attribute so that a Trainer
     or Fabric holding one pickles (``strategy="ddp_spawn"``) and unpickles in the spawned process."""
-    key = (target.backend, target.device_type, target.indexed)
+    key = (target.name, target.device_type, target.indexed)
     cached = _classes.get(pkg)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -231,7 +231,7 @@ class LightningIntegration(Integration):
             if not isinstance(trainer.accelerator, translated):
                 return orig(trainer)
             rank_zero_info(f"GPU available: True (cuda), used: True (translated by torchdevice to backend "
-                           f"{target.backend!r}, {target.device_type})")
+                           f"{target.name!r}, {target.device_type})")
             rank_zero_info(f"TPU available: {xla.is_available()}, using: 0 TPU cores")
 
         _log_device_info.__doc__ = "lightning's _log_device_info; a translated GPU counts as used (torchdevice)"
