@@ -58,7 +58,7 @@ from .vocabulary import RealDevice as _Device
 if TYPE_CHECKING:
     from torch.types import Device
 
-    from .router import ActiveBackend
+    from .router import Target
 
 __all__ = [
     "broadcast",
@@ -81,7 +81,7 @@ FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coale
 # -- resolving device arguments -----------------------------------------------------------
 
 
-def _resolve(device: object, backend: ActiveBackend, *, optional: bool = False, allow_host: bool = False) -> int:
+def _resolve(device: object, backend: Target, *, optional: bool = False, allow_host: bool = False) -> int:
     """Turn one device argument into a valid index of ``backend`` (or HOST).
 
     Follows ``torch._utils._get_device_index``: an int is an ordinal; a string
@@ -131,7 +131,7 @@ def _resolve(device: object, backend: ActiveBackend, *, optional: bool = False, 
     return index
 
 
-def _indices(devices: Iterable[object], backend: ActiveBackend) -> list[int]:
+def _indices(devices: Iterable[object], backend: Target) -> list[int]:
     if isinstance(devices, (str, int, _Device)):
         raise TypeError(f"devices must be an iterable of devices, got {devices!r}")
     return [_resolve(d, backend) for d in devices]

@@ -29,7 +29,7 @@ from .sandbox import registered
 
 if TYPE_CHECKING:
     from ..backend import Ops
-    from ..router import ActiveBackend
+    from ..router import Target
 
     #: a plugin under test: any object implementing the torchdevice hooks (a Backend subclass or not)
     Plugin = Any
@@ -230,7 +230,7 @@ def _supported(ops: Ops, op: str) -> bool:
     return status_of(ops, op)[0] is not Status.UNSUPPORTED
 
 
-def _check_event_timing(active: ActiveBackend) -> str:
+def _check_event_timing(active: Target) -> str:
     import torchdevice
 
     start, end = torchdevice.Event(enable_timing=True), torchdevice.Event(enable_timing=True)
@@ -265,7 +265,7 @@ def _in_thread(fn: Callable[[], Any]) -> Any:
     return out["value"]
 
 
-def _check_per_thread(active: ActiveBackend, count: int) -> str:
+def _check_per_thread(active: Target, count: int) -> str:
     import torchdevice
 
     done = []
@@ -290,7 +290,7 @@ def _check_per_thread(active: ActiveBackend, count: int) -> str:
     return ", ".join(done)
 
 
-def _check_streams_every_index(active: ActiveBackend, device_type: str) -> str:
+def _check_streams_every_index(active: Target, device_type: str) -> str:
     """Streams of every device index, and the Stream/Event classes translated code sees."""
     import torchdevice
 
@@ -330,7 +330,7 @@ def _check_streams_every_index(active: ActiveBackend, device_type: str) -> str:
     return done + f", torch.{source}.Stream/Event under translation"
 
 
-def _check_memory_moves(active: ActiveBackend, device_type: str) -> str:
+def _check_memory_moves(active: Target, device_type: str) -> str:
     import torchdevice
 
     if not _supported(active.memory, "memory_allocated") or status_of(active.memory, "memory_allocated")[0] is Status.NOOP:
@@ -349,14 +349,14 @@ def _check_memory_moves(active: ActiveBackend, device_type: str) -> str:
     return "memory_allocated moves with a 64 MiB tensor"
 
 
-def _device_figures(active: ActiveBackend) -> list[int]:
+def _device_figures(active: Target) -> list[int]:
     for index in range(active.device_count):
         if _supported(active.streams, "synchronize"):
             active.streams.synchronize(index)
     return [active.memory.memory_allocated(index) for index in range(active.device_count)]
 
 
-def _check_memory_per_device(active: ActiveBackend, device_type: str) -> str:
+def _check_memory_per_device(active: Target, device_type: str) -> str:
     """On a backend with its own device type: a tensor on device i moves memory_allocated(i) by at least its
     bytes, and no other index's figure."""
     if device_type == "cpu" or not _supported(active.memory, "memory_allocated"):
@@ -380,7 +380,7 @@ def _check_memory_per_device(active: ActiveBackend, device_type: str) -> str:
     return f"memory_allocated per device on {active.device_count} device(s)"
 
 
-def _draw(active: ActiveBackend, device_type: str, index: int) -> torch.Tensor | None:
+def _draw(active: Target, device_type: str, index: int) -> torch.Tensor | None:
     """Eight numbers from device ``index``'s generator: a device op on a backend with its own device type
     (which must draw from the generator the rng family seeds), else the family's default generator."""
     if device_type != "cpu":
@@ -390,7 +390,7 @@ def _draw(active: ActiveBackend, device_type: str, index: int) -> torch.Tensor |
     return None
 
 
-def _seed_on(active: ActiveBackend, index: int, seed: int) -> None:
+def _seed_on(active: Target, index: int, seed: int) -> None:
     """``manual_seed(seed)`` with device ``index`` current (it seeds the current device only)."""
     streams, previous = active.streams, active.streams.current_device()
     streams.set_device(index)
@@ -400,7 +400,7 @@ def _seed_on(active: ActiveBackend, index: int, seed: int) -> None:
         streams.set_device(previous)
 
 
-def _check_generators(active: ActiveBackend, device_type: str) -> str:
+def _check_generators(active: Target, device_type: str) -> str:
     """With several devices, on a backend with its own device type or queues: one generator per device."""
     rng, streams = active.rng, active.streams
     if active.device_count < 2 or (device_type == "cpu" and not _supported(streams, "sleep")):
@@ -461,7 +461,7 @@ def _ms_since(start: float) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def _queue_wait(active: ActiveBackend, index: int) -> tuple[Any, float]:
+def _queue_wait(active: Target, index: int) -> tuple[Any, float]:
     """Queue :data:`QUEUED_MS` of work on device ``index``'s current stream; return the stream and when."""
     stream, start = active.streams.current_stream(index), time.perf_counter()
     active.streams.sleep(QUEUED_MS, index)
@@ -472,7 +472,7 @@ def _queue_wait(active: ActiveBackend, index: int) -> tuple[Any, float]:
     return stream, start
 
 
-def _check_query(active: ActiveBackend, index: int) -> None:
+def _check_query(active: Target, index: int) -> None:
     stream, _ = _queue_wait(active, index)
     busy = stream.query()
     assert busy is False, (
@@ -482,7 +482,7 @@ def _check_query(active: ActiveBackend, index: int) -> None:
     assert stream.query() is True, f"current_stream({index}).query() is not True after its synchronize()"
 
 
-def _check_device_synchronize(active: ActiveBackend, index: int) -> None:
+def _check_device_synchronize(active: Target, index: int) -> None:
     stream, start = _queue_wait(active, index)
     active.streams.synchronize(index)
     waited = _ms_since(start)
@@ -494,7 +494,7 @@ def _check_device_synchronize(active: ActiveBackend, index: int) -> None:
         f"{index}: it did not wait for the device's queues")
 
 
-def _check_record(active: ActiveBackend, index: int) -> None:
+def _check_record(active: Target, index: int) -> None:
     streams = active.streams
     event_class = cast(type, streams.Event)  # (a backend without one, None, fails the check here)
     begin, end = event_class(enable_timing=True), event_class(enable_timing=True)
