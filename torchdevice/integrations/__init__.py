@@ -45,25 +45,13 @@ import threading
 from typing import Any
 
 from ..hookspecs import hookimpl
+from ..integration import Integration
 
 ENV_DISABLE = "TORCHDEVICE_DISABLE_INTEGRATIONS"
 GROUP = "torchdevice.integrations"
 PLUGIN_NAME = "integrations"
 
-
-class Integration:
-    """Base class of a framework integration (subclassing is optional: the attributes are what counts)."""
-
-    #: short unique lowercase name, e.g. ``"lightning"``
-    name: str = ""
-    #: what it adapts, in words (``torchdevice info``)
-    framework: str = ""
-    #: modules whose import activates it (``install`` is called once per module)
-    modules: tuple[str, ...] = ()
-
-    def install(self, patcher: Any, target: Any, module: Any) -> None:
-        """Adapt ``module`` (one of :attr:`modules`, just imported) to ``target`` through ``patcher``."""
-        raise NotImplementedError
+__all__ = ["Integration", "activate", "collect", "current_target", "deactivate", "is_active", "states"]
 
 
 class _State:
@@ -113,19 +101,7 @@ def _load_entry_points() -> None:
     for ep in plugins.entry_points(group=GROUP):
         if ep.name in block or plugins.pm.has_plugin(ep.name) or plugins.pm.is_blocked(ep.name):
             continue
-        dist = getattr(ep, "dist", None)
-        info = plugins.PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
-        stage = "import"
-        try:
-            with plugins._deadline(f"importing integration plugin {ep.name!r}"):  # a hanging import is bounded
-                plugin = ep.load()
-            stage = "validate"
-            plugins.register(plugin, name=ep.name, info=info, notify=False)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # a broken integration plugin is reported, never fatal
-            plugins.plugin_info[ep.name] = info
-            plugins._record(ep.name, stage, exc)
+        plugins.load_entry_point(ep, kind="integration plugin")  # bounded; a broken one is reported
 
 
 def collect() -> dict[str, _State]:
@@ -139,10 +115,8 @@ def collect() -> dict[str, _State]:
 
     with _lock:
         if not plugins.pm.has_plugin(PLUGIN_NAME) and not plugins.pm.is_blocked(PLUGIN_NAME):
-            from .. import __version__
-
             plugins.register(sys.modules[__name__], name=PLUGIN_NAME, notify=False,
-                             info=plugins.PluginInfo(PLUGIN_NAME, "torchdevice", __version__))
+                             info=plugins.core_info(PLUGIN_NAME))
         _load_entry_points()
         disabled = _disabled_names()
         results = list(plugins.call_each("torchdevice_integrations"))
@@ -210,7 +184,7 @@ def _install(state: _State, module: Any) -> None:
         raise
     except BaseException as exc:  # never break the program's import
         state.error = f"{type(exc).__name__}: {exc}"
-        plugins._record(state.plugin, f"integration {state.integration.name!r}", exc)
+        plugins.record(state.plugin, f"integration {state.integration.name!r}", exc)
         from .. import trace
 
         trace.warn(f"torchdevice: integration {state.integration.name!r} failed on {module.__name__}: "
