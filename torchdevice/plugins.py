@@ -18,6 +18,15 @@ timer, so it applies on POSIX systems, in the main thread, when no other
 timer is running, and only to code that returns to the Python interpreter
 (a hang inside a C call cannot be interrupted, nor can ``os._exit``: block
 such a plugin with ``TORCHDEVICE_DISABLE_PLUGINS``).
+
+The loader API, used by this module and by the integration loader
+(:mod:`torchdevice.integrations`, entry-point group ``torchdevice.integrations``):
+:func:`load_entry_point` imports and registers one entry point's plugin within
+:func:`deadline`, reporting a failure; :func:`record` turns an exception a
+plugin raised into a :class:`Problem`; :func:`core_info` is the
+:class:`PluginInfo` of a plugin that is part of torchdevice itself;
+:func:`entry_points`, :func:`blocked`, :func:`register` and :func:`call_each`
+find, filter, add and ask plugins.
 """
 from __future__ import annotations
 

@@ -37,14 +37,15 @@ breaks the program's import. ``TORCHDEVICE_DISABLE_INTEGRATIONS=name,...``
 """
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import os
 import sys
 import threading
+import types
 from typing import Any
 
 from ..hookspecs import hookimpl
+from ..importhooks import WrappedLoader, WrappingFinder
 from ..integration import Integration
 
 ENV_DISABLE = "TORCHDEVICE_DISABLE_INTEGRATIONS"
@@ -202,65 +203,26 @@ def _module_imported(module: Any) -> None:
                 _install(state, module)
 
 
-class _Loader:
-    """Runs the real loader, then the integrations watching the module; puts the real loader back."""
+class _Loader(WrappedLoader):
+    """Runs the real loader, then the integrations watching the module."""
 
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-
-    def create_module(self, spec):
-        create = getattr(self.loader, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module) -> None:
-        spec = module.__spec__
-        try:
-            if spec is not None:
-                spec.loader = self.loader
-            module.__loader__ = self.loader
-        except AttributeError:
-            pass
+    def execute(self, module: types.ModuleType) -> None:
         self.loader.exec_module(module)
         _module_imported(module)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
 
-
-class _Watcher(importlib.abc.MetaPathFinder):
-    """A ``sys.meta_path`` finder that asks the other finders, then wraps the loader of a watched module."""
+class _Watcher(WrappingFinder):
+    """Wraps the loader of each watched module (:class:`torchdevice.importhooks.WrappingFinder`)."""
 
     def __init__(self, names: set[str]) -> None:
+        super().__init__()
         self.names = names
-        self._busy = threading.local()
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.names:
-            return None
-        busy = getattr(self._busy, "names", None)
-        if busy is None:
-            busy = self._busy.names = set()
-        if fullname in busy:
-            return None
-        busy.add(fullname)
-        try:
-            for finder in list(sys.meta_path):
-                if finder is self:
-                    continue
-                find = getattr(finder, "find_spec", None)
-                if find is None:
-                    continue
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-        finally:
-            busy.discard(fullname)
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _Loader(spec.loader)
-        return spec
+    def watches(self, fullname: str) -> bool:
+        return fullname in self.names
+
+    def wrap(self, loader: Any) -> WrappedLoader:
+        return _Loader(loader)
 
 
 class _FinishingSpec(importlib.machinery.ModuleSpec):
