@@ -9,7 +9,6 @@ import torch
 
 from torchdevice import memstats, translate
 from torchdevice.backend import MemoryOps, Status
-from torchdevice.cpu import CPUMemory
 from torchdevice.status import status_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -201,7 +201,7 @@ _source: object = None
 _source_name = ""
 
 
-def _allocation_counter():
+def _allocation_counter() -> object:
     """The first source of live-allocation bytes that opens here (opened once per process)."""
     global _source, _source_name
     with _source_lock:

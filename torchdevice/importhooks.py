@@ -20,7 +20,7 @@ import sys
 import threading
 import types
 from importlib.machinery import ModuleSpec
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 
 class WrappedLoader:
@@ -80,7 +80,7 @@ class WrappingFinder(importlib.abc.MetaPathFinder):
         spec = self._others_spec(fullname, path, target)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = self.wrap(spec.loader)
+        spec.loader = cast(importlib.abc.Loader, self.wrap(spec.loader))  # a loader by its methods, not its class
         return spec
 
     def _others_spec(self, fullname: str, path: Sequence[str] | None,

@@ -321,7 +321,7 @@ def deactivate() -> None:
 
 
 @hookimpl
-def torchdevice_integrations():
+def torchdevice_integrations() -> list[Integration]:
     from .accelerate import AccelerateIntegration
     from .lightning import LightningIntegration
     from .transformers import TransformersIntegration
