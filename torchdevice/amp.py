@@ -196,7 +196,7 @@ class _Plan:
 
     def is_source(self, device_type: object) -> bool:
         """Whether ``device_type`` (a str, ``"cuda:1"`` included) is one of the translated source types."""
-        return device_type.__class__ is str and device_type.partition(":")[0] in self.sources  # type: ignore[attr-defined]
+        return type(device_type) is str and device_type.partition(":")[0] in self.sources  # a str subclass is not
 
     def mapped(self, api: str, device_type: Any) -> Any:
         """``device_type``, or the target's device type for a source type (noted as ``api`` when tracing)."""
