@@ -194,9 +194,9 @@ class _Plan:
         self.query_how = f"translated: answers for device type {tt!r}"
         self._warned = False  # the one "no autocast" warning of this install
 
-    def is_source(self, device_type: object) -> bool:
+    def is_source(self, device_type: Any) -> bool:
         """Whether ``device_type`` (a str, ``"cuda:1"`` included) is one of the translated source types."""
-        return type(device_type) is str and device_type.partition(":")[0] in self.sources  # a str subclass is not
+        return device_type.__class__ is str and device_type.partition(":")[0] in self.sources
 
     def mapped(self, api: str, device_type: Any) -> Any:
         """``device_type``, or the target's device type for a source type (noted as ``api`` when tracing)."""
@@ -265,13 +265,15 @@ def _install_autocast(patcher: Patcher, plan: _Plan) -> None:
 
 
 def _autocast_init(plan: _Plan, base_init: Callable[..., None]) -> Callable[..., None]:
+    is_source, autocast_args, how = plan.is_source, plan.autocast_args, plan.autocast_how  # read once: every region
+
     @functools.wraps(base_init)
     def autocast_init(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True,
                       cache_enabled: bool | None = None) -> None:
-        if plan.is_source(device_type):
+        if is_source(device_type):
             if trace.active:
-                trace.note("torch.autocast", plan.autocast_how)
-            device_type, dtype, enabled = plan.autocast_args(device_type, dtype, enabled)
+                trace.note("torch.autocast", how)
+            device_type, dtype, enabled = autocast_args(device_type, dtype, enabled)
         elif enabled and dtype is not None and dtype not in _FAST and device_type != "cuda":
             # a device type not translated, with a dtype torch's autocast refuses: torch warns from the
             # frame above its __init__, which is now this wrapper; say it at the program's line instead
