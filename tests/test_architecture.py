@@ -302,6 +302,30 @@ def test_imports_never_climb_a_layer():
     assert not climbing, "imports going up the layers of docs/architecture.md:\n    " + "\n    ".join(climbing)
 
 
+def type_only_imports(package_dir: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports under ``if TYPE_CHECKING:`` (names for annotations)."""
+    known = _modules(package_dir)
+    found: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        for block in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if _is_type_checking(block):
+                for node in ast.walk(block):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        found[module] |= _targets(module, path.name == "__init__.py", node, known)
+    return found
+
+
+def test_names_used_only_in_annotations_never_climb_a_layer():
+    """A layer's API speaks of nothing above it, not even in a type annotation (the hooks once returned
+    ``Integration``, a class of the translation layer)."""
+    layers = layer_map()
+    climbing = [f"{source} ({layers[low][0]}) -> {target} ({layers[high][0]})"
+                for source, targets in type_only_imports(CORE).items() for target in sorted(targets)
+                if (low := _layer_of(source, layers)) is not None and (high := _layer_of(target, layers)) is not None
+                and high > low]
+    assert not climbing, "TYPE_CHECKING imports going up the layers of docs/architecture.md:\n    " + "\n    ".join(climbing)
+
+
 # -- the project stands on its own files ---------------------------------------------------------------
 
 #: Things that lived outside the repository once; nothing may refer to them.

@@ -32,6 +32,7 @@ that children answer ``is_available()`` and ``device_count()`` as the parent.
 from __future__ import annotations
 
 import os
+from typing import Mapping
 
 ENV_BACKEND = "TORCHDEVICE_BACKEND"
 ENV_AUTO = "TORCHDEVICE_AUTO"
@@ -44,7 +45,7 @@ _FALSE = ("0", "false", "no", "off")
 outcome: str = "not run"
 
 
-def wanted(environ=None) -> tuple[bool, str]:
+def wanted(environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
     """Whether the environment asks for translation at ``import torch``, and why."""
     env = os.environ if environ is None else environ
     backend = env.get(ENV_BACKEND, "").strip()

@@ -114,7 +114,7 @@ def view(name: str) -> Target:
             result = active
             problems: list[str] = []
         else:
-            errors: list[BaseException] = []
+            errors: list[plugins.Problem] = []
             families: dict[str, Any] = {}
             for family in ("memory", "streams", "rng", "collectives"):
                 _, families[family] = plugins.call_first(f"torchdevice_{family}", errors, name=name)

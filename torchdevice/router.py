@@ -136,7 +136,7 @@ class Target:
         what the plugin left empty filled in (:func:`torchdevice.capability.complete`)."""
         props = self._properties.get(index)
         if props is None:
-            errors: list[BaseException] = []
+            errors: list[plugins.Problem] = []
             _, props = _ask(self.name, self.owner, "torchdevice_device_properties", errors, index=index)
             if props is None:
                 why = f": {errors[0]}" if errors else ""
@@ -425,7 +425,7 @@ _EXPECTED = {"device_count": int, "memory": MemoryOps, "streams": StreamOps, "rn
              "collectives": CollectiveOps}
 
 
-def _ask(name: str, owner: str, hook: str, errors: list[BaseException], **extra: Any) -> tuple[str | None, Any]:
+def _ask(name: str, owner: str, hook: str, errors: list[plugins.Problem], **extra: Any) -> tuple[str | None, Any]:
     """Ask the plugin that declared backend ``name`` (others cannot answer for it); a plugin
     implementing the hook elsewhere is asked only when the owner has no implementation."""
     plugin, result = plugins.call_owner(hook, owner, errors, name=name, **extra)
