@@ -54,7 +54,7 @@ def _engine_string(eng: str) -> str:
     return ",".join(pairs)
 
 
-def map_backend(backend, device_id=None, what: str = "init_process_group"):
+def map_backend(backend: Any, device_id: Any = None, what: str = "init_process_group") -> Any:
     """Translate a ``backend`` argument (None, ``"nccl"``, ``"cuda:nccl,cpu:gloo"``) for the target."""
     import torch.distributed as dist
 
@@ -94,7 +94,7 @@ def _check_index(index: int) -> None:
         raise InvalidDeviceError(index, target.device_count, target.name)
 
 
-def map_device_id(device_id):
+def map_device_id(device_id: Any) -> Any:
     """Translate ``init_process_group``/``new_group``'s ``device_id`` for the target (None on a cpu target)."""
     target = _state.target
     if device_id is None:
@@ -119,7 +119,7 @@ def map_device_id(device_id):
     return _Device(target.device_type, index) if target.indexed else None
 
 
-def _ddp_index(device):
+def _ddp_index(device: Any) -> Any:
     """DDP's device_ids/output_device entry -> checked int index (or the entry, if not ours)."""
     target = _state.target
     if isinstance(device, bool):
