@@ -90,3 +90,28 @@ def test_the_readme_names_the_two_commands_and_the_developer_loop():
         assert (ROOT / "scripts" / script).is_file()
     assert "<!-- torch-range -->" in readme
     assert (ROOT / "docs" / "troubleshooting.md").name in readme
+
+
+def test_the_readme_example_runs_translated_as_its_cpu_port_does(tmp_path):
+    """The README's example, run as the README shows (``torchdevice run``, cpu backend), prints what the same
+    program written for the CPU computes: the same loss, and ``torch.cuda.is_available()`` True."""
+    import sys
+
+    from helpers import run_command
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## An example"):]
+    code = re.search(r"```python\n(.*?)\n```", section, re.DOTALL).group(1)
+    assert 'device="cuda"' in code and ".cuda()" in code
+    (tmp_path / "train.py").write_text(code + "\n")
+    port = (code.replace('.cuda()', '.to("cpu")').replace('"cuda"', '"cpu"')
+            .replace("torch.cuda.is_available(), torch.cuda.get_device_name()", "True, 'port'"))
+    (tmp_path / "port.py").write_text(port + "\n")
+    translated = run_command([sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", tmp_path / "train.py"])
+    native = run_command([sys.executable, tmp_path / "port.py"])
+    assert translated.returncode == 0 and native.returncode == 0, (translated, native)
+    ours, theirs = translated.stdout.split(), native.stdout.split()
+    assert ours[0] == "True" and ours[-1] == "cpu"
+    assert ours[-2] == theirs[-2]  # the loss
+    shown = re.search(r"\$ torchdevice run train\.py.*\n(.*)\n", section).group(1).split()
+    assert shown[0] == ours[0] and shown[-1] == ours[-1]  # the README's output line has the run's shape
