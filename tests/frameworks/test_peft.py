@@ -4,7 +4,8 @@ program: train on ``cuda``, ``save_pretrained``, ``PeftModel.from_pretrained`` o
 run``, compared with its hand port (``--device cpu``) run natively.
 
 Skipped when peft or transformers is not installed, unless ``TORCHDEVICE_FRAMEWORK_TESTS=1`` (``tox -e
-frameworks``, which installs them): then a missing one fails. No hub access: the model is built from a
+frameworks``, which installs them): then a missing one fails. The program runs on cpu (against the port),
+sim, and, loading only, mlx. No hub access: the model is built from a
 config (``HF_HUB_OFFLINE=1`` makes any attempt fail instead of waiting on the network).
 """
 from __future__ import annotations
@@ -96,3 +97,22 @@ def test_a_natively_saved_adapter_loads_onto_mlx_translated(cpu_runs):
     flat = [x for row in run["logits"] for x in row]
     assert flat == pytest.approx([x for row in reference["logits"] for x in row], abs=1e-5)
     assert reference["logits_sum"] == port["logits_sum"]  # the reload is the trained model
+
+
+def test_lora_trained_saved_and_reloaded_on_sim_translated(cpu_runs, tmp_path):
+    """The same program on sim, the simulated GPU (a device type of its own: the reloaded tensors are on
+    ``sim:0``): the reloads give the trained outputs, and the numbers are the CPU port's within float32
+    kernel differences (sim's kernels are the CPU's, its attention and optimizer paths a GPU's)."""
+    pytest.importorskip("torchdevice_sim")
+    _, _, port = cpu_runs
+    result = translated("sim", "--out", str(tmp_path / "sim"))
+    if result.returncode != 0 and "is not available" in result.stderr:
+        pytest.skip(f"sim cannot run here: {result.stderr.strip().splitlines()[-1]}")
+    run = last_json(result)
+    assert run["cuda_available"] and run["base_reload_is_cuda"] and run["base_reload_equal"]
+    assert run["lora_is_cuda"] and run["reloaded_equal"] and run["inferred_equal"]
+    assert run["lora_devices"] == run["inferred_devices"] == ["sim:0"]
+    assert run["losses"] == pytest.approx(port["losses"], abs=1e-6)
+    assert run["logits_sum"] == pytest.approx(port["logits_sum"], abs=1e-4)
+    assert list(run["lora_sums"]) == list(port["lora_sums"])
+    assert list(run["lora_sums"].values()) == pytest.approx(list(port["lora_sums"].values()), abs=1e-4)
