@@ -102,7 +102,7 @@ def test_a_natively_saved_adapter_loads_onto_mlx_translated(cpu_runs):
 def test_lora_trained_saved_and_reloaded_on_sim_translated(cpu_runs, tmp_path):
     """The same program on sim, the simulated GPU (a device type of its own: the reloaded tensors are on
     ``sim:0``): the reloads give the trained outputs, and the numbers are the CPU port's within float32
-    kernel differences (sim's kernels are the CPU's, its attention and optimizer paths a GPU's)."""
+    kernel differences (sim's kernels are the CPU's, but torch takes other paths for a non-CPU device)."""
     pytest.importorskip("torchdevice_sim")
     _, _, port = cpu_runs
     result = translated("sim", "--out", str(tmp_path / "sim"))
