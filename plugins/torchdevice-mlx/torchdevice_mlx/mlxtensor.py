@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .conversion import _M2T, _compact_pending, _pending, _pending_limit, _track, array_from_torch, to_torch_dtype, torch_from_array
 from .views import _view_array
@@ -107,8 +108,16 @@ class MLXTensor(torch.Tensor):
         return self._mx
 
     def torch_cpu(self) -> torch.Tensor:
-        """A host copy of this tensor's data."""
-        return torch_from_array(self.mx_array)
+        """A host copy of this tensor's data, laid out as torch's ``.cpu()`` of it would be: this tensor's own
+        strides where they are dense and non-overlapping (so a tensor torch calls contiguous is contiguous on
+        the host, whatever layout MLX computed it in: ``x.t().contiguous().cpu().view(-1)``), else contiguous."""
+        host = torch_from_array(self.mx_array)
+        stride = self.stride()
+        if host.stride() == stride or host.dim() == 0:
+            return host
+        if is_non_overlapping_and_dense_or_false(self):
+            return torch.empty_strided(host.shape, stride, dtype=host.dtype).copy_(host)
+        return host.contiguous()
 
     def __repr__(self, *, tensor_contents=None) -> str:
         # printed as torch prints a host tensor (what the program's CPU run prints), with this tensor's
