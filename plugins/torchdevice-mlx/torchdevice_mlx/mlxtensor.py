@@ -135,6 +135,9 @@ class MLXTensor(torch.Tensor):
             text = torch._tensor_str._add_suffixes(text[:-1], [suffix], len("tensor("), force_newline=False)
         if isinstance(self, torch.nn.Parameter):
             return "Parameter containing:\n" + text
+        if type(self) is not MLXTensor:  # an as_subclass class: torch prints its name ("Image([...])")
+            name = type(self).__name__
+            text = name + "(" + text[len("tensor("):].replace("\n" + " " * len("tensor("), "\n" + " " * (len(name) + 1))
         return text
 
     def __format__(self, format_spec: str) -> str:
@@ -181,6 +184,23 @@ class MLXTensor(torch.Tensor):
     def item(self):
         return self.torch_cpu().item()
 
+    def as_subclass(self, cls: type) -> torch.Tensor:
+        """``self`` as an instance of ``cls``, aliasing its data and attached to autograd (torch's contract).
+
+        torch's own ``as_subclass`` wraps the alias ATen returns, which for an MLX tensor already is a Python
+        object (an MLXTensor), so it raised "already associated to a python object of type MLXTensor". Here the
+        alias is made through ATen (autograd records ``AliasBackward0``, as natively) and then given class
+        :func:`mlx_subclass` of ``cls``: ``cls`` and MLXTensor combined, so ``isinstance(out, cls)``, ``cls``'s
+        methods and ``__torch_function__`` (torchvision's ``tv_tensors``) apply and the data stays in MLX.
+        ``as_subclass(torch.Tensor)`` gives a plain MLXTensor."""
+        if not (isinstance(cls, type) and issubclass(cls, torch.Tensor)):
+            raise TypeError("Creating a Tensor subclass from a class that does not inherit from Tensor is not "
+                            "possible. Make sure your class inherits from Tensor.")
+        with torch._C.DisableTorchFunctionSubclass():
+            out = torch.ops.aten.alias.default(self)
+        out.__class__ = mlx_subclass(cls)
+        return out
+
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         # torch.compile(backend="mlx") traces its graphs with plain (fake) tensors; the gradients flowing into
         # the compiled backward at run time are MLX tensors, which its MLX function takes as they are
@@ -191,6 +211,37 @@ class MLXTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs or {})
+
+
+_SUBCLASSES: dict[type, type] = {}
+
+
+@classmethod  # type: ignore[misc]
+def _default_torch_function(cls: type, func: Callable[..., Any], types: tuple, args: tuple = (),
+                            kwargs: dict | None = None) -> Any:
+    """torch's default ``Tensor.__torch_function__`` (results of ``cls``), as another object: torch's tensor
+    metaclass replaces the default itself by the disabled one in any class that has a ``__torch_dispatch__``."""
+    return torch.Tensor.__torch_function__.__func__(cls, func, types, args, kwargs)  # type: ignore[attr-defined]
+
+
+def mlx_subclass(cls: type) -> type:
+    """The class an MLX tensor takes for ``as_subclass(cls)``: MLXTensor for ``torch.Tensor``, ``cls`` when it
+    already is an MLXTensor class, else ``cls`` and MLXTensor combined (``cls`` first in the MRO: its
+    ``__torch_function__`` and methods win, MLXTensor's dispatch runs the ops), made once per ``cls``.
+
+    ``cls``'s ``__torch_function__`` is the one it has natively, torch's default included (which keeps results
+    of ``cls``: ``(x.as_subclass(S) * 2)`` is an ``S``), not MLXTensor's disabled one."""
+    if cls is torch.Tensor or issubclass(cls, MLXTensor):
+        return MLXTensor if cls is torch.Tensor else cls
+    made = _SUBCLASSES.get(cls)
+    if made is None:
+        torch_function = next(k.__dict__["__torch_function__"] for k in cls.__mro__ if "__torch_function__" in k.__dict__)
+        if torch_function is torch.Tensor.__dict__["__torch_function__"]:
+            torch_function = _default_torch_function  # torch disables its own default in a class with a dispatch
+        made = _SUBCLASSES[cls] = type(cls.__name__, (cls, MLXTensor), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__torch_function__": torch_function,
+            "__doc__": f"{cls.__qualname__} whose data is an MLX array (see MLXTensor.as_subclass)."})
+    return made
 
 
 def _new_base(array) -> MLXTensor:
