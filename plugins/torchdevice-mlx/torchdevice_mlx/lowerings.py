@@ -30,6 +30,7 @@ import torch
 
 from .conversion import array_from_torch, to_mx_dtype, to_torch_dtype
 from .dispatch import _unwrap
+from .layout import like_layout
 from .mlxtensor import MLXTensor, _new_base
 from .views import write
 
@@ -1478,7 +1479,10 @@ def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, traini
     return _new_base(out), _new_base(save_mean), _new_base(save_invstd)
 
 
-TENSOR_LOWERINGS = {aten.native_batch_norm.default: native_batch_norm_tensors}
+#: lowerings taking MLX tensors themselves (they make tensors with a layout, or write to arguments)
+TENSOR_LOWERINGS = {aten.native_batch_norm.default: native_batch_norm_tensors,
+                    # memory_format (channels_last, or a preserved dense layout) honoured: torchdevice_mlx.layout
+                    aten.clone.default: like_layout(_clone), aten._to_copy.default: like_layout(_to_copy)}
 
 
 @lower(aten.native_batch_norm_backward.default)

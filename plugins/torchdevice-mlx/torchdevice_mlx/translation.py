@@ -30,6 +30,7 @@ import torch
 import torch.utils._device
 
 from .conversion import array_from_torch
+from .layout import from_host
 from .mlxtensor import MLXTensor
 
 _sources: frozenset = frozenset()
@@ -132,7 +133,7 @@ def to_mlx_tensor(t: torch.Tensor) -> torch.Tensor:
     if isinstance(t, MLXTensor) or not isinstance(t, torch.Tensor):
         return t
     if not t.requires_grad or not torch.is_grad_enabled():
-        return MLXTensor(array_from_torch(t))
+        return from_host(t)  # in t's dense layout: a channels_last tensor stays channels_last, as natively
     return ToMLX.apply(t)
 
 
@@ -177,12 +178,15 @@ def _mlx_to(self, *args, **kwargs):
         flags = args[1:] if not isinstance(args[1], torch.dtype) else args[2:]
         copy = copy or bool(flags[1:2] and flags[1])
         args = args[:len(args) - len(flags)] + tuple(flags[:1])
-    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
     out = self
     if dtype is not None and dtype != self.dtype:
-        out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX
+        out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX (its layout kept)
     elif copy:
         out = torch.Tensor.clone(out)  # copy=True: never the tensor itself (batch_norm's decomposition relies on it)
+    if memory_format is not None and memory_format is not torch.preserve_format \
+            and not out.is_contiguous(memory_format=memory_format):
+        out = torch.Tensor.contiguous(out, memory_format=memory_format)  # to(memory_format=torch.channels_last)
     if dev is not None and not is_source(dev) and device is not None and device.type == "cpu":
         out = FromMLX.apply(out)
     return out
@@ -211,7 +215,7 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
         return new
 
     def new_param(param):
-        out = torch.nn.Parameter(MLXTensor(array_from_torch(param.detach())), requires_grad=param.requires_grad)
+        out = torch.nn.Parameter(from_host(param.detach()), requires_grad=param.requires_grad)
         out.__dict__.update(param.__dict__)  # attributes programs set on parameters (sharding, no-decay marks ...)
         return out
 
@@ -221,7 +225,7 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
                 mod._parameters[name] = move(param, new_param)
         for name, buf in list(mod._buffers.items()):
             if buf is not None and not isinstance(buf, MLXTensor):
-                mod._buffers[name] = move(buf, lambda b: MLXTensor(array_from_torch(b)))
+                mod._buffers[name] = move(buf, from_host)
     return module
 
 
