@@ -23,13 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._ops import OpOverload
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
+from ._mlx import Array
 from .conversion import _M2T, _compact_pending, _pending, _pending_limit, _track, array_from_torch, to_torch_dtype, torch_from_array
 from .views import _view_array
 
 
-def _dispatch_unbound(func, args: tuple, kwargs: dict):
+def _dispatch_unbound(func: OpOverload, args: tuple, kwargs: dict):
     raise RuntimeError(f"{func} reached an MLX tensor before torchdevice_mlx.dispatch was imported "
                        "(import torchdevice_mlx, which imports it)")
 
@@ -60,7 +62,7 @@ class MLXTensor(torch.Tensor):
     _root: tuple = ()
 
     @staticmethod
-    def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
+    def __new__(cls, array: Array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
                 geometry: tuple | None = None):
         try:
             dtype = _M2T[array.dtype]
@@ -209,7 +211,7 @@ class MLXTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(cls, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None):
         return _dispatch(func, args, kwargs or {})
 
 
@@ -244,7 +246,7 @@ def mlx_subclass(cls: type) -> type:
     return made
 
 
-def _new_base(array) -> MLXTensor:
+def _new_base(array: Array) -> MLXTensor:
     """``MLXTensor(array)`` without the class call (the hot path: every op's result)."""
     try:
         dtype = _M2T[array.dtype]
