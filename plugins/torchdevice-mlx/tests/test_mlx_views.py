@@ -10,7 +10,9 @@ import torch
 
 import torchdevice
 from torchdevice.testing import router_sandbox
-from torchdevice_mlx.tensor import MLXTensor, _meta_geometry, _view_geometry, fallback_counts, reset_fallback_counts
+from torchdevice_mlx.conversion import fallback_counts, reset_fallback_counts
+from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.views import _meta_geometry, _view_geometry
 
 VIEWS = {
     "t": lambda x: x.t(),
