@@ -1448,36 +1448,54 @@ def _channel(v, ndim: int):
 
 
 def _bn_checks(x: Array, *params: Any):
-    if x.dtype not in (core.float32, core.float64) or x.ndim < 2:
-        raise NotImplementedError("batch_norm of this dtype or rank")  # reduced precision: the decomposition
-    if any(p is not None and p.dtype != x.dtype for p in params):
+    if x.dtype not in _FLOATS or x.ndim < 2:
+        raise NotImplementedError("batch_norm of this dtype or rank")
+    # parameters of the input's dtype, or float32 ones with a half input (autocast: torch's "mixed type" kernel)
+    mixed = core.float32 if x.dtype in (core.float16, core.bfloat16) else x.dtype
+    if any(p is not None and p.dtype not in (x.dtype, mixed) for p in params):
         raise NotImplementedError("batch_norm with mixed dtypes")
 
 
+def _bn_dtypes(xa: Array, params: Sequence[Array | None]) -> tuple:
+    """(the dtype batch norm computes in, the dtype of its statistics) as torch's kernels have them: a half input
+    in float32 (opmath, rounded once); statistics in the parameters' dtype (float32 under autocast, where the
+    input is half and the parameters are not), else the input's."""
+    compute = core.float32 if xa.dtype in (core.float16, core.bfloat16) else xa.dtype
+    stats = next((a.dtype for a in params if a is not None), xa.dtype)
+    return compute, stats
+
+
+def _as(a: Array | None, dtype: Any) -> Array | None:
+    return a if a is None or a.dtype == dtype else a.astype(dtype)
+
+
 def _batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, training: bool, momentum: float, eps: float):
-    """(out, save_mean, save_invstd, new running mean, new running var) of batch norm on arrays."""
+    """(out, save_mean, save_invstd, new running mean, new running var) of batch norm on arrays, computed and
+    rounded in torch's dtypes (:func:`_bn_dtypes`)."""
     _bn_checks(xa, wa, ba, rm, rv)
+    compute, stats = _bn_dtypes(xa, (wa, rm))
+    x = _as(xa, compute)
     axes = [0, *range(2, xa.ndim)]
     new_rm, new_rv = rm, rv
     if training:
-        mean = core.mean(xa, axis=axes)
-        var = core.mean(core.square(xa - _channel(mean, xa.ndim)), axis=axes)
+        mean = core.mean(x, axis=axes)
+        var = core.mean(core.square(x - _channel(mean, x.ndim)), axis=axes)
         invstd = core.rsqrt(var + eps)
         if rm is not None:
             n = xa.size // xa.shape[1]
-            new_rm = (1 - momentum) * rm + momentum * mean
-            new_rv = (1 - momentum) * rv + momentum * var * (n / max(n - 1, 1))
-        save_mean, save_invstd = mean, invstd
+            new_rm = _as((1 - momentum) * _as(rm, compute) + momentum * mean, rm.dtype)
+            new_rv = _as((1 - momentum) * _as(rv, compute) + momentum * var * (n / max(n - 1, 1)), rv.dtype)
+        save_mean, save_invstd = _as(mean, stats), _as(invstd, stats)
     else:
         if rm is None:
             raise NotImplementedError("batch_norm in eval mode without running statistics")
-        mean, invstd = rm, core.rsqrt(rv + eps)
-        save_mean = save_invstd = core.zeros((0,), dtype=xa.dtype)
-    scale = invstd if wa is None else invstd * wa
-    out = (xa - _channel(mean, xa.ndim)) * _channel(scale, xa.ndim)
+        mean, invstd = _as(rm, compute), core.rsqrt(_as(rv, compute) + eps)
+        save_mean = save_invstd = core.zeros((0,), dtype=stats)
+    scale = invstd if wa is None else invstd * _as(wa, compute)
+    out = (x - _channel(mean, x.ndim)) * _channel(scale, x.ndim)
     if ba is not None:
-        out = out + _channel(ba, xa.ndim)
-    return out, save_mean, save_invstd, new_rm, new_rv
+        out = out + _channel(_as(ba, compute), x.ndim)
+    return _as(out, xa.dtype), save_mean, save_invstd, new_rm, new_rv
 
 
 @lower(aten._native_batch_norm_legit_functional.default)
@@ -1518,24 +1536,28 @@ def _native_batch_norm_backward(grad: Array, x: Array, weight: Array | None, run
                                 running_var: Array | None, save_mean: Array, save_invstd: Array, train: bool, eps: float,
                                 output_mask: Sequence[bool]):
     _bn_checks(x, weight, running_mean, running_var)
+    compute, stats = _bn_dtypes(x, (weight, running_mean))
     axes = [0, *range(2, x.ndim)]
     if train:
-        mean, invstd = save_mean, save_invstd
+        mean, invstd = _as(save_mean, compute), _as(save_invstd, compute)
     else:
-        mean, invstd = running_mean, core.rsqrt(running_var + eps)
-    xhat = (x - _channel(mean, x.ndim)) * _channel(invstd, x.ndim)
-    grad_bias = core.sum(grad, axis=axes)
-    grad_weight = core.sum(grad * xhat, axis=axes)
-    scale = invstd if weight is None else invstd * weight
+        mean, invstd = _as(running_mean, compute), core.rsqrt(_as(running_var, compute) + eps)
+    xc, g = _as(x, compute), _as(grad, compute)
+    xhat = (xc - _channel(mean, x.ndim)) * _channel(invstd, x.ndim)
+    grad_bias = core.sum(g, axis=axes)
+    grad_weight = core.sum(g * xhat, axis=axes)
+    scale = invstd if weight is None else invstd * _as(weight, compute)
     grad_input = None
     if output_mask[0]:
         if train:
             n = x.size // x.shape[1]
-            grad_input = _channel(scale, x.ndim) * (grad - _channel(grad_bias / n, x.ndim)
+            grad_input = _channel(scale, x.ndim) * (g - _channel(grad_bias / n, x.ndim)
                                                     - xhat * _channel(grad_weight / n, x.ndim))
         else:
-            grad_input = grad * _channel(scale, x.ndim)
-    return (grad_input, grad_weight if output_mask[1] else None, grad_bias if output_mask[2] else None)
+            grad_input = g * _channel(scale, x.ndim)
+        grad_input = _as(grad_input, x.dtype)
+    return (grad_input, _as(grad_weight, stats) if output_mask[1] else None,
+            _as(grad_bias, stats) if output_mask[2] else None)
 
 
 @lower(aten._softmax_backward_data.default)
