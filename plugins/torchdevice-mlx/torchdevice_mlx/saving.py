@@ -18,7 +18,10 @@ when it is imported:
   natively (``save_model`` keeps one of a tied pair, ``save_file`` refuses shared ones, as natively);
 * ``storage_ptr``/``storage_size`` (what transformers and peft key shared tensors on) answer for an
   MLX tensor with its base's identity (``id`` of the base tensor: one key per storage, distinct from
-  every live host allocation) and its base's byte size.
+  every live host allocation) and its base's byte size -- in safetensors and in the libraries that copied
+  or re-implemented them (transformers, huggingface_hub's shard splitter, peft and accelerate's
+  ``id_tensor_storage``): :data:`ADAPTED` lists them. A library with its own copy not listed there still
+  fails on MLX tensors.
 
 Loading needs nothing: ``load_file(path, device="cuda")`` and ``from_pretrained`` place the loaded
 host tensors on the device through translation.
@@ -33,10 +36,8 @@ import torch
 
 from .mlxtensor import MLXTensor
 
-#: the module the integration adapts
+#: safetensors' torch module, the first the integration adapts (all are in :data:`ADAPTED`)
 MODULE = "safetensors.torch"
-#: its functions that take the tensors (a name -> tensor mapping) first and read their storage
-_TAKING_TENSORS = ("_flatten_as_ptr", "_flatten", "_remove_duplicate_names")
 
 
 def _base(tensor: MLXTensor) -> MLXTensor:
