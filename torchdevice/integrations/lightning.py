@@ -24,7 +24,9 @@ on an MPS target) that answers like CUDA's where the program can tell:
 
 The devices Lightning places the model and batches on (``fabric.device``, the strategy's
 ``root_device``) are the very objects translation returns for ``cuda:N``, so they hold what the
-program's own ``cuda`` tensors hold (MLX tensors on the mlx backend, not plain host tensors).
+program's own ``cuda`` tensors hold (MLX tensors on the mlx backend, not plain host tensors); so is
+``LightningModule.device`` after the module is moved there (Lightning's ``_DeviceDtypeModuleMixin.to`` records
+a re-parsed, plain device otherwise), so ``torch.ones(..., device=self.device)`` in a step is a device tensor.
 
 Checkpoints hold the target's tensors (plain CPU tensors on a CPU target), so
 they load with plain ``torch.load``.
