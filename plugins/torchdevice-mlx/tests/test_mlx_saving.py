@@ -155,3 +155,25 @@ def test_diffusers_save_pretrained(tmp_path: Path) -> None:
         return {k: v.cpu() for k, v in reloaded.state_dict().items()}
 
     _assert_same(*_both(program, tmp_path))
+
+
+@pytest.mark.skipif(not _has("accelerate"), reason="accelerate is not installed")
+def test_accelerate_save_model(tmp_path: Path) -> None:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    def program(device: str, folder: Path) -> dict[str, torch.Tensor]:
+        AcceleratorState._reset_state(True)  # one Accelerator per run: the native one, then the translated one
+        accelerator = Accelerator()
+        model = accelerator.prepare(_tied("cpu"))
+        if device == "cuda":
+            assert isinstance(model[0].weight, MLXTensor)
+        accelerator.save_model(model, folder)
+        return safetensors_torch.load_file(str(folder / "model.safetensors"))
+
+    try:
+        native, translated = _both(program, tmp_path)
+    finally:
+        AcceleratorState._reset_state(True)
+    assert "2.weight" not in native
+    _assert_same(native, translated)
