@@ -18,6 +18,7 @@ import torch
 from ._mlx import mx
 from .dispatch import _make_view, _unwrap, aten
 from .mlxtensor import MLXTensor, _new_base
+from .views import _contiguous_strides
 
 #: memory formats -> the tensor rank they apply to
 _RANKED = {torch.channels_last: 4, torch.channels_last_3d: 5}
@@ -40,7 +41,7 @@ def laid_out(array: Any, stride: tuple | None) -> MLXTensor:
     physical order and a permute view of it); contiguous when ``stride`` is None or not a permutation of the
     contiguous strides (then only the numbers are kept)."""
     shape = tuple(array.shape)
-    if stride is None or len(stride) < 2:
+    if stride is None or len(stride) < 2 or tuple(stride) == _contiguous_strides(shape):
         return _new_base(array)
     order = sorted(range(len(shape)), key=lambda d: (-stride[d], d))  # outermost first
     base = _new_base(mx().contiguous(mx().transpose(array, order)))
