@@ -24,7 +24,9 @@ on an MPS target) that answers like CUDA's where the program can tell:
 
 The devices Lightning places the model and batches on (``fabric.device``, the strategy's
 ``root_device``) are the very objects translation returns for ``cuda:N``, so they hold what the
-program's own ``cuda`` tensors hold (MLX tensors on the mlx backend, not plain host tensors).
+program's own ``cuda`` tensors hold (MLX tensors on the mlx backend, not plain host tensors); so is
+``LightningModule.device`` after the module is moved there (Lightning's ``_DeviceDtypeModuleMixin.to`` records
+a re-parsed, plain device otherwise), so ``torch.ones(..., device=self.device)`` in a step is a device tensor.
 
 Checkpoints hold the target's tensors (plain CPU tensors on a CPU target), so
 they load with plain ``torch.load``.
@@ -42,6 +44,8 @@ _PL_CONNECTORS = ("lightning.pytorch.trainer.connectors.accelerator_connector",
                   "pytorch_lightning.trainer.connectors.accelerator_connector")
 _FABRIC_CONNECTORS = ("lightning.fabric.connector", "lightning_fabric.connector")
 _SETUPS = ("lightning.pytorch.trainer.setup", "pytorch_lightning.trainer.setup")
+#: where ``LightningModule.device`` / ``DeviceDtypeModuleMixin.device`` is recorded (``to`` re-parses its device)
+_MIXINS = ("lightning.fabric.utilities.device_dtype_mixin", "lightning_fabric.utilities.device_dtype_mixin")
 
 
 def _packages(module_name: str) -> tuple[str, str]:
@@ -169,13 +173,15 @@ def __getattr__(name: str) -> Any:
 class LightningIntegration(Integration):
     name = "lightning"
     framework = "PyTorch Lightning and Fabric (lightning, pytorch_lightning, lightning_fabric)"
-    modules = _PL_CONNECTORS + _FABRIC_CONNECTORS + _SETUPS
+    modules = _PL_CONNECTORS + _FABRIC_CONNECTORS + _SETUPS + _MIXINS
 
     def install(self, patcher: Any, target: Any, module: Any) -> None:
         if "cuda" not in target.sources:
             return  # a real CUDA target: Lightning's own CUDA accelerator is right
         if module.__name__ in _SETUPS:
             self._install_setup(patcher, target, module)
+        elif module.__name__ in _MIXINS:
+            self._install_mixin(patcher, module)
         else:
             self._install_connector(patcher, target, module)
 
@@ -236,6 +242,36 @@ class LightningIntegration(Integration):
 
         _log_device_info.__doc__ = "lightning's _log_device_info; a translated GPU counts as used (torchdevice)"
         patcher.set(module, "_log_device_info", _log_device_info)
+
+
+    @staticmethod
+    def _install_mixin(patcher: Any, module: Any) -> None:
+        """``LightningModule.device`` is the device the module was moved to, as the program's ``cuda`` maps it.
+
+        The mixin's ``to`` records the device through ``torch._C._nn._parse_to``, which makes a new, plain
+        device: on a target whose translated device is one host object (mlx: ``torchdevice.devices.host_target``,
+        what makes placements MLX tensors) ``self.device`` was a plain ``cpu`` device, so
+        ``torch.ones(2, device=self.device)`` in a ``training_step`` gave a host tensor, not a device one.
+        """
+        from .. import devices
+
+        mixin = module._DeviceDtypeModuleMixin
+        update = module._update_properties
+        orig_to = patcher.get(mixin, "to")
+
+        def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig_to(self, *args, **kwargs)
+            dev = kwargs.get("device", args[0] if args else None)
+            # the translated device object itself (compared by identity: it equals a plain cpu device), or a
+            # source device naming it ("cuda", "cuda:0", 0)
+            if dev is devices.host_target or (isinstance(dev, (str, int)) and not isinstance(dev, bool)
+                                              and devices.map_device(dev) is devices.host_target):
+                update(self, device=devices.host_target)
+            return out
+
+        to.__qualname__ = f"{mixin.__name__}.to"
+        to.__doc__ = f"{mixin.__name__}.to; the translated device recorded as given (torchdevice)"
+        patcher.set(mixin, "to", to)
 
 
 def loaded_packages() -> list[str]:

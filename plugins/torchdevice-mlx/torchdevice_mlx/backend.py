@@ -103,6 +103,7 @@ from torchdevice.backend import (
     translated,
 )
 from torchdevice.cpu import CPURNG, CPUCollectives
+from torchdevice.hookspecs import hookimpl
 from torchdevice.memstats import NoPinnedHostMemory
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
@@ -479,6 +480,14 @@ class MLXBackend(Backend):
 
     def collectives(self) -> MLXCollectives:
         return MLXCollectives(self.name)
+
+    @hookimpl
+    def torchdevice_integrations(self) -> list:
+        """The mlx backend's framework integration: safetensors' (and so ``save_pretrained``'s) save path of
+        MLX tensors (:mod:`torchdevice_mlx.saving`; it installs only while translating to mlx)."""
+        from .saving import INTEGRATION
+
+        return [INTEGRATION]
 
     def compatibility_markdown(self) -> str:
         """The OpInfo truth table of the MLX lowerings (the package's ``OPS.md``, made by
