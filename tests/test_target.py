@@ -69,3 +69,9 @@ def test_the_matrix_uses_the_routers_snapshot_for_the_active_backend(on_cpu):
     assert matrix.view(active.name) is active
     assert matrix.status_for("torch.distributed.init_process_group", active.name) == distributed.status(
         "init_process_group")
+
+
+def test_the_old_backend_attribute_still_answers_with_a_deprecation_warning() -> None:
+    target = router.active()
+    with pytest.warns(DeprecationWarning, match="Target.name"):
+        assert target.backend == target.name

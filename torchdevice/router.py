@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, cast
 
@@ -114,6 +115,13 @@ class Target:
     def indexed(self) -> bool:
         """Whether target devices carry an index (``cpu`` tensors have none)."""
         return self.device_type != "cpu"
+
+    @property
+    def backend(self) -> str:
+        """Deprecated spelling of :attr:`name` (the translation snapshot's name before 1.x merged the
+        snapshots): kept so integrations written against it keep working; warns once per call site."""
+        warnings.warn("Target.backend is deprecated: use Target.name", DeprecationWarning, stacklevel=2)
+        return self.name
 
     def translating(self, report_available: bool, source: str) -> Target:
         """This backend as translation's target: the options set, a fresh :attr:`state`, the properties

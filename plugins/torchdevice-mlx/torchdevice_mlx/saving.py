@@ -156,7 +156,7 @@ class SafetensorsIntegration:
         return entry[1]
 
     def install(self, patcher: Any, target: Any, module: Any) -> None:
-        if getattr(target, "backend", None) != "mlx":
+        if getattr(target, "name", None) != "mlx":
             return
         for name, make in ADAPTED.get(module.__name__, {}).items():
             found = getattr(module, name, None)
