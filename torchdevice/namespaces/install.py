@@ -11,6 +11,7 @@ import torch
 
 from .. import boundary, router
 from .. import trace as _trace
+from . import accelerator
 from .nvtx import _nvtx_state
 from .rules import NATIVE, TRANSLATED, UNSUPPORTED, View
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
@@ -119,6 +120,7 @@ def install(patcher, target) -> None:
         installed[ns] = objects
     if target.sources:
         _install_get_device_module(patcher, target, view)
+        accelerator.install(patcher, fx, view)
     _installed = installed
     _trace.quiet = frozenset(  # the other families answer "not here", as on the source machine: not listed
         api for ns in target.sources if ns != fx.source

@@ -1,0 +1,254 @@
+"""``torch.accelerator`` answering as the source family's accelerator while translating.
+
+Code written the device-agnostic way asks ``torch.accelerator`` instead of ``torch.cuda``
+(pytorch/examples: ``device = torch.accelerator.current_accelerator() if
+torch.accelerator.is_available() else torch.device("cpu")``). On a machine without the source
+device torch answers "no accelerator" and the program would take its CPU path; while translating,
+``torch.accelerator`` answers as the source family's namespace does (``torch.cuda`` by default):
+
+* ``is_available()`` / ``device_count()`` / ``current_device_index()`` / ``set_device_index()`` /
+  ``synchronize()`` / ``current_stream()`` / ``set_stream()`` and the memory functions
+  (``memory_allocated`` ... ``empty_cache``, ``get_memory_info`` = ``mem_get_info``) are built by the
+  source family's own rows (:data:`SAME_AS`): the same builder, the same status, so
+  ``torch.accelerator.memory_allocated()`` is ``torch.cuda.memory_allocated()``'s answer;
+* ``current_accelerator()`` is ``torch.device("cuda")`` (the source family's type, no index, as
+  torch answers on a CUDA machine) while ``is_available()`` is True, else None; moving to it
+  (``.to(acc)``) is translated like any cuda device, and ``acc.type`` names the family the
+  program branches on (``torch.autocast(acc.type)``, ``torch.get_device_module(acc)``);
+* ``device_index(i)`` is the context manager over the per-thread current device;
+* ``get_device_capability()`` gives ``{"supported_dtypes": ...}``: the dtypes a tensor of the
+  target's device type is created in and converted from, probed once;
+* ``empty_host_cache()`` is torch's own on a target that is the machine's accelerator, else a
+  no-op (host memory is not pinned on a host target: nothing is cached);
+* ``Graph`` is unsupported where the source family's graphs are.
+
+``torch.Stream`` / ``torch.Event`` are left as torch has them: they make streams of the machine's
+device type (the target's on cpu and sim).
+
+The boundary: every function is split (:func:`torchdevice.boundary.split`) so that *all* of torch's
+own code -- including what acts on the program's behalf elsewhere (``torch.nn.parallel``,
+``torch.distributed``, ``torch.random.fork_rng``) -- keeps torch's real answers: those callers
+compare ``current_accelerator().type`` with the devices of tensors, which live on the target.
+Nothing is installed when the source family is the target's own device type (``torch.accelerator``
+is then torch's own), and :func:`torchdevice.unpatch` restores every attribute.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Literal
+
+import torch
+
+from .. import boundary
+from ..vocabulary import RealDevice, optional_index
+from .rules import NATIVE, NOOP, TRANSLATED, UNSUPPORTED, Rule, View, declared
+from .table import SPECS, Builder, Facade, Spec, fronts
+from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
+
+#: the ``torch.accelerator`` functions answered by the source family's row of the same meaning
+SAME_AS = {
+    "is_available": "is_available", "device_count": "device_count",
+    "current_device_index": "current_device", "current_device_idx": "current_device",
+    "set_device_index": "set_device", "set_device_idx": "set_device",
+    "synchronize": "synchronize", "current_stream": "current_stream", "set_stream": "set_stream",
+    "empty_cache": "empty_cache", "memory_stats": "memory_stats", "memory_allocated": "memory_allocated",
+    "max_memory_allocated": "max_memory_allocated", "memory_reserved": "memory_reserved",
+    "max_memory_reserved": "max_memory_reserved", "reset_peak_memory_stats": "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats": "reset_accumulated_memory_stats", "get_memory_info": "mem_get_info",
+    "Graph": "CUDAGraph",
+}
+#: torch's deprecated spellings: a FutureWarning, as torch gives, then the new function
+DEPRECATED = {"current_device_idx": "current_device_index", "set_device_idx": "set_device_index"}
+#: the submodules of ``torch.accelerator`` that hold (re-exported) functions: patched alike
+SUBMODULES = ("memory", "graphs")
+
+ACCELERATOR_SPECS: dict[str, Spec] = {}
+
+
+def _same_as_rule(row: str) -> Rule:
+    """The status of the source family's ``row`` (read when asked: the optional ops wrap rows after import)."""
+
+    def rule(view: View, ns: str) -> tuple[Any, str]:
+        status, note = SPECS[row].rule(view, ns)
+        return status, f"as torch.{ns}.{row}" + (f": {note}" if note else "")
+
+    return rule
+
+
+def _same_as_builder(row: str) -> Builder:
+    def build(fx: Facade, ns: str, name: str) -> Any:
+        make = SPECS[row].build
+        return None if make is None else make(fx, ns, row)
+
+    build.__qualname__ = f"same_as({row!r})"
+    return build
+
+
+for _name, _row in SAME_AS.items():
+    ACCELERATOR_SPECS[_name] = Spec(_same_as_rule(_row), _same_as_builder(_row),
+                                    "class" if _name == "Graph" else "function",
+                                    "torchdevice/namespaces/accelerator.py (SAME_AS)")
+
+
+@fronts("current_accelerator", declared(
+    TRANSLATED, "torch.device('{ns}') (the source family, no index) while torch.{ns}.is_available() is True, "
+    "else None; torch's own code gets torch's answer", ), table=ACCELERATOR_SPECS)
+def build_current_accelerator(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    device = RealDevice(ns) if fx.available_for(ns) else None
+
+    def current_accelerator(check_available: bool = False) -> torch.device | None:
+        return device
+
+    return current_accelerator
+
+
+@fronts("device_index", declared(
+    TRANSLATED, "context manager over the per-thread current device of the {backend} backend (None: no change)"),
+    kind="class", table=ACCELERATOR_SPECS)
+def build_device_index(fx: Facade, ns: str, name: str) -> type:
+    current, set_device_op, index = fx.current, fx.streams.set_device, fx.index
+
+    class device_index:
+        """Make device ``device`` current for this thread inside the block, then restore the previous one."""
+
+        def __init__(self, device: int | None, /) -> None:
+            self.idx = device
+            self.prev_idx = -1
+
+        def __enter__(self) -> None:
+            if self.idx is not None and optional_index(self.idx, current) >= 0:
+                self.prev_idx = current()
+                set_device_op(index(self.idx))
+
+        def __exit__(self, *exc_info: object) -> Literal[False]:
+            if self.prev_idx >= 0 and current() != self.prev_idx:
+                set_device_op(self.prev_idx)
+            return False
+
+    device_index.__module__ = "torch.accelerator"
+    return device_index
+
+
+#: the dtypes ``get_device_capability`` tries (the ones torch names publicly, unsigned and float8 included)
+_CANDIDATE_DTYPES = tuple(d for d in (getattr(torch, n, None) for n in (
+    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16",
+    "float32", "float64", "complex32", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")) if isinstance(d, torch.dtype))
+
+
+def _probe_dtypes(empty: Callable[..., torch.Tensor], device: Any) -> set[torch.dtype]:
+    """The dtypes a one-element tensor on ``device`` is created in and converted to and from float32."""
+    found = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for dtype in _CANDIDATE_DTYPES:
+            try:
+                empty(1, dtype=dtype, device=device).to(torch.float32).to(dtype)
+            except Exception:  # torch's refusal, whatever its class: not supported there
+                continue
+            found.add(dtype)
+    return found
+
+
+@fronts("get_device_capability", declared(
+    TRANSLATED, "{{'supported_dtypes': ...}}: the dtypes a tensor on the {backend} backend's device type is "
+    "created in and converted across (probed once with torch's own factory)"), table=ACCELERATOR_SPECS)
+def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    empty, device_type, index = torch.empty, fx.target.device_type, fx.index
+    indexed = fx.target.indexed
+    found: dict[int, set[torch.dtype]] = {}
+
+    def get_device_capability(device: Any = None, /) -> dict[str, Any]:
+        i = index(device)
+        if i not in found:
+            found[i] = _probe_dtypes(empty, RealDevice(device_type, i) if indexed else RealDevice(device_type))
+        return {"supported_dtypes": set(found[i])}
+
+    return get_device_capability
+
+
+def _empty_host_cache_rule(view: View, ns: str) -> tuple[Any, str]:
+    if view.device_type == "cpu":
+        return NOOP, ("the {backend} backend's tensors live in host memory, which translation never pins: "
+                      "there is no cached pinned memory to release").format(backend=view.name)
+    return NATIVE, f"torch's own torch.accelerator.empty_host_cache: the {view.name} backend's device is the machine's"
+
+
+@fronts("empty_host_cache", _empty_host_cache_rule, table=ACCELERATOR_SPECS)
+def build_empty_host_cache(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+    real = torch.accelerator.empty_host_cache  # captured at install, before the commit: torch's own
+    host = fx.target.device_type == "cpu"
+
+    def empty_host_cache() -> None:
+        if not host:
+            real()
+
+    return empty_host_cache
+
+
+def _warning(impl: Callable[..., Any], old: str, new: str) -> Callable[..., Any]:
+    """``impl`` giving torch's FutureWarning for the deprecated spelling ``old`` first."""
+    from .. import trace
+
+    message = f"Use `{new}` instead."
+
+    def deprecated(*args: Any) -> Any:
+        trace.warn(message, FutureWarning)
+        return impl(*args)
+
+    deprecated.__name__ = deprecated.__qualname__ = old
+    return deprecated
+
+
+def names() -> list[str]:
+    """Every ``torch.accelerator`` name translation gives a behaviour, sorted."""
+    return sorted(n for n in ACCELERATOR_SPECS if hasattr(torch.accelerator, n))
+
+
+def status(view: View, api: str, source: str = "cuda") -> tuple[Any, str] | None:
+    """``(Status, note)`` of ``torch.accelerator.<name>`` (or ``torch.accelerator.memory.<name>``) on ``view``
+    for a program written for ``source``; None for a name with no row."""
+    name = api.rpartition(".")[2]
+    spec = ACCELERATOR_SPECS.get(name)
+    if spec is None or not api.startswith("torch.accelerator."):
+        return None
+    if view.device_type == source:
+        return NATIVE, f"torch.accelerator itself: the {view.name} backend's device is the {source} accelerator"
+    return spec.rule(view, source)
+
+
+def _build(fx: Facade, view: View, name: str, spec: Spec) -> Any:
+    """The object ``torch.accelerator.<name>`` becomes for this install (None: left as torch has it)."""
+    api, ns = f"torch.accelerator.{name}", fx.source
+    status_, note = spec.rule(view, ns)
+    built = None if status_ is UNSUPPORTED or spec.build is None else spec.build(fx, ns, name)
+    if spec.kind == "class":
+        if built is None:
+            return _unsupported_class(api, view.name, note, name)
+        return _traced_class(built, api, status_, note)
+    if built is None:
+        return _raiser(api, view.name, note, name)
+    if name in DEPRECATED:
+        built = _warning(built, name, DEPRECATED[name])
+    return _wrap(api, status_, note, built, name)
+
+
+def install(patcher: Any, fx: Facade, view: View) -> dict[str, Any]:
+    """Make ``torch.accelerator`` answer as ``torch.<source>`` does (see the module docstring); return
+    what was put in place, by name. Nothing when the source family is the target's own device type."""
+    if fx.source not in fx.target.sources:
+        return {}
+    module = torch.accelerator
+    submodules = [m for m in (getattr(module, s, None) for s in SUBMODULES) if m is not None]
+    objects: dict[str, Any] = {}
+    for name in names():
+        obj = _build(fx, view, name, ACCELERATOR_SPECS[name])
+        if callable(obj) and not isinstance(obj, type):
+            # every caller inside torch gets torch's answer (see the module docstring)
+            obj = boundary.split(obj, patcher.get(module, name), internal=boundary.in_torch)
+        objects[name] = obj
+        patcher.set(module, name, obj)
+        for sub in submodules:
+            if name in vars(sub):
+                patcher.set(sub, name, obj)
+    return objects
