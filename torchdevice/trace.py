@@ -19,13 +19,14 @@ a use of the inner API at the program's line.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 from collections import Counter
 from types import FrameType
-from typing import Callable
+from typing import Callable, Iterator
 
 logger = logging.getLogger("torchdevice")
 
@@ -131,8 +132,25 @@ def _torch_name(frame: FrameType) -> str:
     return f"{module}.{_qualname(code)}"
 
 
+_muting = threading.local()
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """Nothing this thread's translated calls do inside is noted: for torchdevice's own calls through the
+    program's path (``torch.accelerator.get_device_capability`` probing dtypes), which the program did not make."""
+    before = getattr(_muting, "on", False)
+    _muting.on = True
+    try:
+        yield
+    finally:
+        _muting.on = before
+
+
 def note(api: str, how: str) -> None:
     """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``."""
+    if getattr(_muting, "on", False):
+        return
     filename, lineno, through = _call_site()
     via = _torch_name(through) if through is not None else None
     with _lock:

@@ -16,8 +16,9 @@ device torch answers "no accelerator" and the program would take its CPU path; w
   (``.to(acc)``) is translated like any cuda device, and ``acc.type`` names the family the
   program branches on (``torch.autocast(acc.type)``, ``torch.get_device_module(acc)``);
 * ``device_index(i)`` is the context manager over the per-thread current device;
-* ``get_device_capability()`` gives ``{"supported_dtypes": ...}``: the dtypes a tensor of the
-  target's device type is created in and converted from, probed once;
+* ``get_device_capability()`` gives ``{"supported_dtypes": ...}``: the dtypes a program's tensor on
+  the target is created in and converted from, probed once per device through the translated
+  factories (unnoted: :func:`torchdevice.trace.muted`);
 * ``empty_host_cache()`` is torch's own on a target that is the machine's accelerator, else a
   no-op (host memory is not pinned on a host target: nothing is cached);
 * ``Graph`` is unsupported where the source family's graphs are.
@@ -136,32 +137,34 @@ _CANDIDATE_DTYPES = tuple(d for d in (getattr(torch, n, None) for n in (
     "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")) if isinstance(d, torch.dtype))
 
 
-def _probe_dtypes(empty: Callable[..., torch.Tensor], device: Any) -> set[torch.dtype]:
-    """The dtypes a one-element tensor on ``device`` is created in and converted to and from float32."""
+def _probe_dtypes(device: str) -> set[torch.dtype]:
+    """The dtypes a program's one-element tensor on ``device`` ("cuda:0") is created in and converted to and
+    from float32, through the program's own (translated) path, unnoted."""
+    from .. import trace
+
     found = set()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), trace.muted():
         warnings.simplefilter("ignore")
         for dtype in _CANDIDATE_DTYPES:
             try:
-                empty(1, dtype=dtype, device=device).to(torch.float32).to(dtype)
-            except Exception:  # torch's refusal, whatever its class: not supported there
+                torch.ones(1, dtype=dtype, device=device).to(torch.float32).to(dtype)
+            except Exception:  # the target's refusal, whatever its class: not supported there
                 continue
             found.add(dtype)
     return found
 
 
 @fronts("get_device_capability", declared(
-    TRANSLATED, "{{'supported_dtypes': ...}}: the dtypes a tensor on the {backend} backend's device type is "
-    "created in and converted across (probed once with torch's own factory)"), table=ACCELERATOR_SPECS)
+    TRANSLATED, "{{'supported_dtypes': ...}}: the dtypes a program's tensor on the {backend} backend is created "
+    "in and converted across (probed once per device, through the translated factories)"), table=ACCELERATOR_SPECS)
 def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    empty, device_type, index = torch.empty, fx.target.device_type, fx.index
-    indexed = fx.target.indexed
+    index = fx.index
     found: dict[int, set[torch.dtype]] = {}
 
     def get_device_capability(device: Any = None, /) -> dict[str, Any]:
         i = index(device)
         if i not in found:
-            found[i] = _probe_dtypes(empty, RealDevice(device_type, i) if indexed else RealDevice(device_type))
+            found[i] = _probe_dtypes(f"{ns}:{i}")
         return {"supported_dtypes": set(found[i])}
 
     return get_device_capability
@@ -201,16 +204,24 @@ def _warning(impl: Callable[..., Any], old: str, new: str) -> Callable[..., Any]
 
 
 def names() -> list[str]:
-    """Every ``torch.accelerator`` name translation gives a behaviour, sorted."""
+    """Every ``torch.accelerator`` name translation gives a behaviour (those this torch has), sorted."""
     return sorted(n for n in ACCELERATOR_SPECS if hasattr(torch.accelerator, n))
+
+
+def apis() -> list[str]:
+    """:func:`names` as API names (``torch.accelerator.is_available`` ...), for ``torchdevice matrix``."""
+    return [f"torch.accelerator.{n}" for n in names()]
 
 
 def status(view: View, api: str, source: str = "cuda") -> tuple[Any, str] | None:
     """``(Status, note)`` of ``torch.accelerator.<name>`` (or ``torch.accelerator.memory.<name>``) on ``view``
     for a program written for ``source``; None for a name with no row."""
-    name = api.rpartition(".")[2]
-    spec = ACCELERATOR_SPECS.get(name)
-    if spec is None or not api.startswith("torch.accelerator."):
+    parts = api.split(".")
+    if parts[:2] != ["torch", "accelerator"] or len(parts) not in (3, 4) or (
+            len(parts) == 4 and parts[2] not in SUBMODULES):
+        return None
+    spec = ACCELERATOR_SPECS.get(parts[-1])
+    if spec is None:
         return None
     if view.device_type == source:
         return NATIVE, f"torch.accelerator itself: the {view.name} backend's device is the {source} accelerator"
