@@ -16,7 +16,7 @@ from .nvtx import _nvtx_state
 from .rules import NATIVE, TRANSLATED, UNSUPPORTED, View
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
 from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Builder, Facade, Spec
-from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
+from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap, trace_stream_classes
 
 _installed: dict | None = None
 
@@ -114,6 +114,8 @@ def install(patcher, target) -> None:
                 if name in vars(sub):
                     patcher.set(sub, name, obj)
         _install_backends_flags(patcher, fx, view, ns, objects)
+        if ns == fx.source:
+            trace_stream_classes(patcher, fx.state, view, ns)
         if ns == "cuda":
             _install_nvtx(patcher, fx, view)
             _install_comm(patcher, fx, view)
