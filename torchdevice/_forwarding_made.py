@@ -16,6 +16,14 @@ def make_0(_getframe, _internal, _real, _translated):
 
 
 def make_1(_getframe, _internal, _real, _translated):
+    def function(*_a0):
+        if _internal(_getframe(1).f_code.co_filename):
+            return _real(*_a0)
+        return _translated(*_a0)
+    return function
+
+
+def make_2(_getframe, _internal, _real, _translated):
     def function(_a0):
         if _internal(_getframe(1).f_code.co_filename):
             return _real(_a0)
@@ -23,7 +31,15 @@ def make_1(_getframe, _internal, _real, _translated):
     return function
 
 
-def make_2(_trace, api, how, impl, _RENAMED, _rename):
+def make_3(_getframe, _internal, _real, _translated):
+    def function(_a0, /):
+        if _internal(_getframe(1).f_code.co_filename):
+            return _real(_a0)
+        return _translated(_a0)
+    return function
+
+
+def make_4(_trace, api, how, impl, _RENAMED, _rename):
     def function():
         if _trace.active:
             _trace.note(api, how)
@@ -35,7 +51,19 @@ def make_2(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_3(_trace, api, how, impl, _RENAMED, _rename):
+def make_5(_trace, api, how, impl, _RENAMED, _rename):
+    def function(*_a0):
+        if _trace.active:
+            _trace.note(api, how)
+        try:
+            return impl(*_a0)
+        except _RENAMED as exc:
+            _rename(api, exc)
+            raise
+    return function
+
+
+def make_6(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0):
         if _trace.active:
             _trace.note(api, how)
@@ -47,7 +75,7 @@ def make_3(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_4(_trace, api, how, impl, _RENAMED, _rename):
+def make_7(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, *_a1, **_a2):
         if _trace.active:
             _trace.note(api, how)
@@ -59,7 +87,19 @@ def make_4(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_5(_trace, api, how, impl, _RENAMED, _rename):
+def make_8(_trace, api, how, impl, _RENAMED, _rename):
+    def function(_a0, /):
+        if _trace.active:
+            _trace.note(api, how)
+        try:
+            return impl(_a0)
+        except _RENAMED as exc:
+            _rename(api, exc)
+            raise
+    return function
+
+
+def make_9(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1):
         if _trace.active:
             _trace.note(api, how)
@@ -71,7 +111,7 @@ def make_5(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_6(_trace, api, how, impl, _RENAMED, _rename):
+def make_10(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, *, out):
         if _trace.active:
             _trace.note(api, how)
@@ -83,7 +123,7 @@ def make_6(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_7(_trace, api, how, impl, _RENAMED, _rename):
+def make_11(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2):
         if _trace.active:
             _trace.note(api, how)
@@ -95,7 +135,7 @@ def make_7(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_8(_trace, api, how, impl, _RENAMED, _rename):
+def make_12(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2, *, out):
         if _trace.active:
             _trace.note(api, how)
@@ -107,7 +147,7 @@ def make_8(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_9(_trace, api, how, impl, _RENAMED, _rename):
+def make_13(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2, _a3, _a4):
         if _trace.active:
             _trace.note(api, how)
@@ -119,7 +159,7 @@ def make_9(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_10(_trace, api, how, impl, _RENAMED, _rename):
+def make_14(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2, _a3, _a4, *, out):
         if _trace.active:
             _trace.note(api, how)
@@ -134,14 +174,18 @@ def make_10(_trace, api, how, impl, _RENAMED, _rename):
 #: the source forwarding.maker builds -> the function written from it
 MADE: dict[str, Callable] = {
     'def make(_getframe, _internal, _real, _translated):\n    def function():\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real()\n        return _translated()\n    return function\n': make_0,
-    'def make(_getframe, _internal, _real, _translated):\n    def function(_a0):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(_a0)\n        return _translated(_a0)\n    return function\n': make_1,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function():\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl()\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_2,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_3,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, *_a1, **_a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, *_a1, **_a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_4,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_5,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_6,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_7,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_8,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_9,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_10,
+    'def make(_getframe, _internal, _real, _translated):\n    def function(*_a0):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(*_a0)\n        return _translated(*_a0)\n    return function\n': make_1,
+    'def make(_getframe, _internal, _real, _translated):\n    def function(_a0):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(_a0)\n        return _translated(_a0)\n    return function\n': make_2,
+    'def make(_getframe, _internal, _real, _translated):\n    def function(_a0, /):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(_a0)\n        return _translated(_a0)\n    return function\n': make_3,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function():\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl()\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_4,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(*_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(*_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_5,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_6,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, *_a1, **_a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, *_a1, **_a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_7,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, /):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_8,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_9,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_10,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_11,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_12,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_13,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_14,
 }
