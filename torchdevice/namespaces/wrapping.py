@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from .. import trace as _trace
 from ..backend import STATUS_ATTR, Status
@@ -113,7 +113,7 @@ EVENT_METHODS = ("__init__", "record", "wait", "query", "synchronize", "elapsed_
 
 def _traced_method(method: Callable, api: str, how: str) -> Callable:
     @functools.wraps(method)
-    def traced(self, *args, **kwargs):
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _trace.active and not _trace.translation_code(sys._getframe(1).f_code.co_filename):
             _trace.note(api, how)
         return method(self, *args, **kwargs)
@@ -132,7 +132,7 @@ def _creation(cls: type) -> str | None:
     return None
 
 
-def trace_stream_classes(patcher, state: dict, view: View, ns: str) -> None:
+def trace_stream_classes(patcher: Any, state: dict, view: View, ns: str) -> None:
     """Note the program's uses of the fronted ``torch.<ns>.Stream`` / ``Event`` (creation, ``record``,
     ``elapsed_time`` ...) for ``run --report`` and the log: their methods are wrapped through ``patcher`` (the
     backend's own classes keep their identity; ``unpatch()`` gives the methods back). ``state`` is the install's
