@@ -1,8 +1,9 @@
 """``torchdevice run --report``: streams and events are listed, every backend names the program's lines,
 an autocast row says what that call did, and torch.accelerator's uses are listed like torch.cuda's.
 
-In-process (``trace.start_report`` under ``torchdevice.patched()``, what ``run --report`` does), on each
-backend where it runs here; one ``torchdevice run --backend mlx --report`` checks the command itself.
+In-process (``trace.start_report`` under ``torchdevice.patched()``, what ``run --report`` does), on cpu
+and mlx (sim's: plugins/torchdevice-sim/tests/test_sim_accelerator.py); one ``torchdevice run --backend
+mlx --report`` checks the command itself.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _backend(name: str) -> str:
     return name
 
 
-@pytest.fixture(params=["cpu", "mlx", "sim"])
+@pytest.fixture(params=["cpu", "mlx"])  # sim: plugins/torchdevice-sim/tests (it changes torch for the process)
 def translated(request, router_state):
     torchdevice.use(_backend(request.param))
     with torchdevice.patched():
