@@ -169,3 +169,24 @@ def test_run_report_on_mlx_names_the_programs_lines(tmp_path):
     assert apis["torch.autocast"]["note"].endswith("dtype torch.float32 passed, disabled (enabled=False passed)")
     assert all(s["site"].endswith(("prog.py:2", "prog.py:3", "prog.py:4", "prog.py:5"))
                for a in apis.values() for s in a["sites"]), apis
+
+
+def test_an_api_handled_two_ways_is_two_rows_and_one_api():
+    from types import SimpleNamespace
+
+    from torchdevice.run import format_markdown, report_dict
+
+    trace.reset()
+    trace.start_report()
+    try:
+        trace.note("torch.autocast", "translated: torch.autocast('cpu'), default dtype torch.bfloat16, enabled")
+        trace.note("torch.autocast", "translated: torch.autocast('cpu'), dtype torch.float32 passed, disabled")
+        trace.note("torch.cuda.synchronize", "no-op: work is complete when its call returns")
+        target = SimpleNamespace(backend="cpu", device_type="cpu", sources=frozenset({"cuda"}), source="cuda")
+        data = report_dict(target, ["prog.py"], False, 0, 0.1)
+    finally:
+        trace.stop_report()
+        trace.reset()
+    assert [a["api"] for a in data["apis"]].count("torch.autocast") == 2
+    assert data["by_handling"] == {"translated": {"apis": 1, "calls": 2}, "no-op": {"apis": 1, "calls": 1}}
+    assert "- Translated APIs called: 2 (3 calls)" in format_markdown(data)
