@@ -7,8 +7,15 @@ pays one attribute read and nothing else.
 * Logging: ``TORCHDEVICE_LOG=info|debug`` (or :func:`configure_logging`)
   attaches a stderr handler to the ``logging`` logger ``torchdevice``. Each
   translated call site is logged once, at DEBUG, with ``file:line``.
-* Report: :func:`start_report` counts every call per API and call site with
-  how it was handled; :func:`report_data` returns it.
+* Report: :func:`start_report` counts every call per API, way it was handled
+  (``torch.autocast`` enabled and disabled are two uses) and call site;
+  :func:`report_data` returns it.
+
+The call site is the first frame outside torch, torchdevice and the package folders
+of the plugins installed as distributions (the mlx plugin's wrappers sit between the
+program and the core). Calls torchdevice makes itself through the program's path
+(probing dtypes) are made under :func:`muted`; :func:`translation_code` tells a
+wrapper whether its caller is translation's own code.
 
 A call torch makes on the program's behalf -- ``torch.manual_seed`` seeding every
 device family through ``torch.mps.manual_seed``, ``torch.xpu.manual_seed_all`` ... --
