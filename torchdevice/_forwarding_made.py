@@ -39,7 +39,39 @@ def make_3(_getframe, _internal, _real, _translated):
     return function
 
 
-def make_4(_trace, api, how, impl, _RENAMED, _rename):
+def make_4(_trace, _getframe, api, how, method):
+    def function(_a0):
+        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):
+            _trace.note(api, how)
+        return method(_a0)
+    return function
+
+
+def make_5(_trace, _getframe, api, how, method):
+    def function(_a0, _a1):
+        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):
+            _trace.note(api, how)
+        return method(_a0, _a1)
+    return function
+
+
+def make_6(_trace, _getframe, api, how, method):
+    def function(_a0, _a1, _a2, **_a3):
+        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):
+            _trace.note(api, how)
+        return method(_a0, _a1, _a2, **_a3)
+    return function
+
+
+def make_7(_trace, _getframe, api, how, method):
+    def function(_a0, _a1, _a2, _a3):
+        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):
+            _trace.note(api, how)
+        return method(_a0, _a1, _a2, _a3)
+    return function
+
+
+def make_8(_trace, api, how, impl, _RENAMED, _rename):
     def function():
         if _trace.active:
             _trace.note(api, how)
@@ -51,7 +83,7 @@ def make_4(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_5(_trace, api, how, impl, _RENAMED, _rename):
+def make_9(_trace, api, how, impl, _RENAMED, _rename):
     def function(*_a0):
         if _trace.active:
             _trace.note(api, how)
@@ -63,7 +95,7 @@ def make_5(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_6(_trace, api, how, impl, _RENAMED, _rename):
+def make_10(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0):
         if _trace.active:
             _trace.note(api, how)
@@ -75,7 +107,7 @@ def make_6(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_7(_trace, api, how, impl, _RENAMED, _rename):
+def make_11(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, *_a1, **_a2):
         if _trace.active:
             _trace.note(api, how)
@@ -87,7 +119,7 @@ def make_7(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_8(_trace, api, how, impl, _RENAMED, _rename):
+def make_12(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, /):
         if _trace.active:
             _trace.note(api, how)
@@ -99,7 +131,7 @@ def make_8(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_9(_trace, api, how, impl, _RENAMED, _rename):
+def make_13(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1):
         if _trace.active:
             _trace.note(api, how)
@@ -111,7 +143,7 @@ def make_9(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_10(_trace, api, how, impl, _RENAMED, _rename):
+def make_14(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, *, out):
         if _trace.active:
             _trace.note(api, how)
@@ -123,7 +155,7 @@ def make_10(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_11(_trace, api, how, impl, _RENAMED, _rename):
+def make_15(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2):
         if _trace.active:
             _trace.note(api, how)
@@ -135,7 +167,7 @@ def make_11(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_12(_trace, api, how, impl, _RENAMED, _rename):
+def make_16(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2, *, out):
         if _trace.active:
             _trace.note(api, how)
@@ -147,7 +179,7 @@ def make_12(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_13(_trace, api, how, impl, _RENAMED, _rename):
+def make_17(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2, _a3, _a4):
         if _trace.active:
             _trace.note(api, how)
@@ -159,7 +191,7 @@ def make_13(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_14(_trace, api, how, impl, _RENAMED, _rename):
+def make_18(_trace, api, how, impl, _RENAMED, _rename):
     def function(_a0, _a1, _a2, _a3, _a4, *, out):
         if _trace.active:
             _trace.note(api, how)
@@ -177,15 +209,19 @@ MADE: dict[str, Callable] = {
     'def make(_getframe, _internal, _real, _translated):\n    def function(*_a0):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(*_a0)\n        return _translated(*_a0)\n    return function\n': make_1,
     'def make(_getframe, _internal, _real, _translated):\n    def function(_a0):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(_a0)\n        return _translated(_a0)\n    return function\n': make_2,
     'def make(_getframe, _internal, _real, _translated):\n    def function(_a0, /):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(_a0)\n        return _translated(_a0)\n    return function\n': make_3,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function():\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl()\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_4,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(*_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(*_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_5,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_6,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, *_a1, **_a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, *_a1, **_a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_7,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, /):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_8,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_9,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_10,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_11,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_12,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_13,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_14,
+    'def make(_trace, _getframe, api, how, method):\n    def function(_a0):\n        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):\n            _trace.note(api, how)\n        return method(_a0)\n    return function\n': make_4,
+    'def make(_trace, _getframe, api, how, method):\n    def function(_a0, _a1):\n        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):\n            _trace.note(api, how)\n        return method(_a0, _a1)\n    return function\n': make_5,
+    'def make(_trace, _getframe, api, how, method):\n    def function(_a0, _a1, _a2, **_a3):\n        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):\n            _trace.note(api, how)\n        return method(_a0, _a1, _a2, **_a3)\n    return function\n': make_6,
+    'def make(_trace, _getframe, api, how, method):\n    def function(_a0, _a1, _a2, _a3):\n        if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):\n            _trace.note(api, how)\n        return method(_a0, _a1, _a2, _a3)\n    return function\n': make_7,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function():\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl()\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_8,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(*_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(*_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_9,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_10,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, *_a1, **_a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, *_a1, **_a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_11,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, /):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_12,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_13,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_14,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_15,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_16,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_17,
+    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_18,
 }
