@@ -226,7 +226,7 @@ def test_stand_in_plugins_answer_as_the_source_family(router_state, plugin):
         A.synchronize()
         for name in ("memory_allocated", "memory_stats", "synchronize", "get_memory_info"):
             assert getattr(A, name).__torchdevice_status__ == namespaces.api_status(
-                namespaces.View.of_active(router.active()), f"torch.accelerator.{name}"), name
+                router.active(), f"torch.accelerator.{name}"), name
 
 
 def test_the_matrix_lists_torch_accelerator():

@@ -182,7 +182,7 @@ def test_an_api_handled_two_ways_is_two_rows_and_one_api():
         trace.note("torch.autocast", "translated: torch.autocast('cpu'), default dtype torch.bfloat16, enabled")
         trace.note("torch.autocast", "translated: torch.autocast('cpu'), dtype torch.float32 passed, disabled")
         trace.note("torch.cuda.synchronize", "no-op: work is complete when its call returns")
-        target = SimpleNamespace(backend="cpu", device_type="cpu", sources=frozenset({"cuda"}), source="cuda")
+        target = SimpleNamespace(name="cpu", backend="cpu", device_type="cpu", sources=frozenset({"cuda"}), source="cuda")
         data = report_dict(target, ["prog.py"], False, 0, 0.1)
     finally:
         trace.stop_report()

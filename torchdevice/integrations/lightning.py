@@ -71,7 +71,7 @@ def _plain_device(target: Any, index: int) -> Any:
     return RealDevice(target.device_type, index) if target.indexed else RealDevice(target.device_type)
 
 
-def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) -> type:
+def make_accelerator(base: type, cuda_cls: Any, fabric_cuda: Any, target: Any) -> type:
     """Lightning's accelerator for CUDA-written code on ``target``, derived from ``base``."""
     import torch
 
@@ -88,9 +88,9 @@ def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) 
 
     class TranslatedCUDAAccelerator(base):  # type: ignore[misc, valid-type]
         __doc__ = (f"Lightning's accelerator for CUDA-written code translated by torchdevice to backend "
-                   f"{target.backend!r} ({device_type}): CUDA's device parsing and hints, the target's devices.")
+                   f"{target.name!r} ({device_type}): CUDA's device parsing and hints, the target's devices.")
 
-        def setup_device(self, device) -> None:
+        def setup_device(self, device: torch.device) -> None:
             if device.type != device_type:
                 raise ValueError(f"Device should be {device_type} (CUDA translated by torchdevice), got {device} instead.")
             index = device.index if device.index is not None else _local_index()
@@ -101,11 +101,11 @@ def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) 
             torch.cuda.empty_cache()
 
         @staticmethod
-        def parse_devices(devices):
+        def parse_devices(devices: Any) -> Any:
             return cuda_cls.parse_devices(devices)  # CUDA's rules, against the translated device count
 
         @staticmethod
-        def get_parallel_devices(devices):
+        def get_parallel_devices(devices: Any) -> list[torch.device]:
             if not isinstance(devices, list):
                 devices = cuda_cls.parse_devices(devices) or []
             return [_device(i) for i in devices]
@@ -140,7 +140,7 @@ def accelerator_class(pkg: str, target: Any) -> type:
     """The translated accelerator class of Lightning package ``pkg`` (``"lightning.pytorch"``...) for
     ``target``: one class per package and target, reachable as a module attribute so that a Trainer
     or Fabric holding one pickles (``strategy="ddp_spawn"``) and unpickles in the spawned process."""
-    key = (target.backend, target.device_type, target.indexed)
+    key = (target.name, target.device_type, target.indexed)
     cached = _classes.get(pkg)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -188,7 +188,7 @@ class LightningIntegration(Integration):
 
         orig_init_acc = patcher.get(connector, "_set_parallel_devices_and_init_accelerator")
 
-        def _set_parallel_devices_and_init_accelerator(self) -> None:
+        def _set_parallel_devices_and_init_accelerator(self: Any) -> None:
             flag = self._accelerator_flag
             if (isinstance(flag, str) and flag == "cuda") or type(flag) is cuda_cls:
                 # what Lightning chose for "gpu", "cuda" or "auto" (or a CUDAAccelerator() passed in)
@@ -197,7 +197,7 @@ class LightningIntegration(Integration):
 
         orig_choose = patcher.get(connector, "_choose_strategy")
 
-        def _choose_strategy(self):
+        def _choose_strategy(self: Any) -> Any:
             if (isinstance(self._accelerator_flag, translated) and len(self._parallel_devices) == 1
                     and getattr(self, "_num_nodes_flag", 1) <= 1):
                 return single_device(device=self._parallel_devices[0])
@@ -205,7 +205,7 @@ class LightningIntegration(Integration):
 
         orig_lazy = patcher.get(connector, "_lazy_init_strategy")
 
-        def _lazy_init_strategy(self) -> None:
+        def _lazy_init_strategy(self: Any) -> None:
             strategy = self.strategy
             if (isinstance(self.accelerator, translated) and hasattr(strategy, "_process_group_backend")
                     and strategy._process_group_backend is None):
@@ -227,11 +227,11 @@ class LightningIntegration(Integration):
         rank_zero_info = module.rank_zero_info
         xla = module.XLAAccelerator
 
-        def _log_device_info(trainer) -> None:
+        def _log_device_info(trainer: Any) -> None:
             if not isinstance(trainer.accelerator, translated):
                 return orig(trainer)
             rank_zero_info(f"GPU available: True (cuda), used: True (translated by torchdevice to backend "
-                           f"{target.backend!r}, {target.device_type})")
+                           f"{target.name!r}, {target.device_type})")
             rank_zero_info(f"TPU available: {xla.is_available()}, using: 0 TPU cores")
 
         _log_device_info.__doc__ = "lightning's _log_device_info; a translated GPU counts as used (torchdevice)"

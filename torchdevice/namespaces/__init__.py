@@ -21,11 +21,11 @@ Where to look
                         that family's builders; own rows: current_accelerator, device_index ...)
     ==================  ===========================================================================
 
-    A row is ``@fronts("name", rule)`` above ``def build_name(fx: Facade, ns: str, name: str)``, or a
+    A row is ``@fronts("name", rule)`` above ``def build_name(target: Target, ns: str, name: str)``, or a
     ``declare_unsupported("name", instead)`` / ``declare_native("name", note)`` line (their helpers:
     ``table.py``). ``where("torch.cuda.memory_allocated")`` answers with the file, line and builder.
     The rule (``rules.py``) gives the status, from the backend's operation tags; the builder returns
-    the object ``torch.cuda.<name>`` becomes, closing over the install's :class:`Facade` (the
+    the object ``torch.cuda.<name>`` becomes, closing over the install's :class:`~torchdevice.router.Target` (the
     backend's bound operations); ``install.py`` calls the builders and patches torch, wrapping each
     function with a trace note (``wrapping.py``); ``statuses.py`` answers ``torchdevice matrix``
     from the same rows without installing anything.
@@ -122,7 +122,6 @@ from .rules import (
     TRANSLATED,
     UNSUPPORTED,
     Rule,
-    View,
     all_of,
     declared,
     op_rule,
@@ -138,7 +137,6 @@ from .table import (
     SPECS,
     SUBMODULES,
     Builder,
-    Facade,
     Spec,
     _wrap_optional_ops,
     declare_native,
@@ -149,5 +147,5 @@ from .table import (
 
 _wrap_optional_ops()
 
-__all__ = ["install", "uninstall", "status", "spec_for", "fronted", "where", "View", "Spec", "SPECS", "NVTX_SPECS",
+__all__ = ["install", "uninstall", "status", "spec_for", "fronted", "where", "Spec", "SPECS", "NVTX_SPECS",
            "NAMESPACES"]

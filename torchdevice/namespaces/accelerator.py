@@ -41,9 +41,10 @@ from typing import Any, Callable, Literal
 import torch
 
 from .. import boundary
+from ..router import Target
 from ..vocabulary import RealDevice, optional_index
-from .rules import NATIVE, NOOP, TRANSLATED, UNSUPPORTED, Rule, View, declared
-from .table import SPECS, Builder, Facade, Spec, fronts
+from .rules import NATIVE, NOOP, TRANSLATED, UNSUPPORTED, Rule, declared
+from .table import SPECS, Builder, Spec, fronts
 from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
 
 #: the ``torch.accelerator`` functions answered by the source family's row of the same meaning
@@ -69,17 +70,17 @@ ACCELERATOR_SPECS: dict[str, Spec] = {}
 def _same_as_rule(row: str) -> Rule:
     """The status of the source family's ``row`` (read when asked: the optional ops wrap rows after import)."""
 
-    def rule(view: View, ns: str) -> tuple[Any, str]:
-        status, note = SPECS[row].rule(view, ns)
+    def rule(target: Target, ns: str) -> tuple[Any, str]:
+        status, note = SPECS[row].rule(target, ns)
         return status, f"as torch.{ns}.{row}" + (f": {note}" if note else "")
 
     return rule
 
 
 def _same_as_builder(row: str) -> Builder:
-    def build(fx: Facade, ns: str, name: str) -> Any:
+    def build(target: Target, ns: str, name: str) -> Any:
         make = SPECS[row].build
-        return None if make is None else make(fx, ns, row)
+        return None if make is None else make(target, ns, row)
 
     build.__qualname__ = f"same_as({row!r})"
     return build
@@ -94,8 +95,8 @@ for _name, _row in SAME_AS.items():
 @fronts("current_accelerator", declared(
     TRANSLATED, "torch.device('{ns}') (the source family, no index) while torch.{ns}.is_available() is True, "
     "else None; torch's own code gets torch's answer", ), table=ACCELERATOR_SPECS)
-def build_current_accelerator(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    device = RealDevice(ns) if fx.available_for(ns) else None
+def build_current_accelerator(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    device = RealDevice(ns) if target.available_for(ns) else None
 
     def current_accelerator(check_available: bool = False) -> torch.device | None:
         return device
@@ -106,8 +107,8 @@ def build_current_accelerator(fx: Facade, ns: str, name: str) -> Callable[..., A
 @fronts("device_index", declared(
     TRANSLATED, "context manager over the per-thread current device of the {backend} backend (None: no change)"),
     kind="class", table=ACCELERATOR_SPECS)
-def build_device_index(fx: Facade, ns: str, name: str) -> type:
-    current, set_device_op, index = fx.current, fx.streams.set_device, fx.index
+def build_device_index(target: Target, ns: str, name: str) -> type:
+    current, set_device_op, index = target.streams.current_device, target.streams.set_device, target.index
 
     class device_index:
         """Make device ``device`` current for this thread inside the block, then restore the previous one."""
@@ -157,8 +158,8 @@ def _probe_dtypes(device: str) -> set[torch.dtype]:
 @fronts("get_device_capability", declared(
     TRANSLATED, "{{'supported_dtypes': ...}}: the dtypes a program's tensor on the {backend} backend is created "
     "in and converted across (probed once per device, through the translated factories)"), table=ACCELERATOR_SPECS)
-def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    index = fx.index
+def build_get_device_capability(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    index = target.index
     found: dict[int, set[torch.dtype]] = {}
 
     def get_device_capability(device: Any = None, /) -> dict[str, Any]:
@@ -170,17 +171,17 @@ def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[...,
     return get_device_capability
 
 
-def _empty_host_cache_rule(view: View, ns: str) -> tuple[Any, str]:
-    if view.device_type == "cpu":
+def _empty_host_cache_rule(target: Target, ns: str) -> tuple[Any, str]:
+    if target.device_type == "cpu":
         return NOOP, ("the {backend} backend's tensors live in host memory, which translation never pins: "
-                      "there is no cached pinned memory to release").format(backend=view.name)
-    return NATIVE, f"torch's own torch.accelerator.empty_host_cache: the {view.name} backend's device is the machine's"
+                      "there is no cached pinned memory to release").format(backend=target.name)
+    return NATIVE, f"torch's own torch.accelerator.empty_host_cache: the {target.name} backend's device is the machine's"
 
 
 @fronts("empty_host_cache", _empty_host_cache_rule, table=ACCELERATOR_SPECS)
-def build_empty_host_cache(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_empty_host_cache(target: Target, ns: str, name: str) -> Callable[..., Any]:
     real = torch.accelerator.empty_host_cache  # captured at install, before the commit: torch's own
-    host = fx.target.device_type == "cpu"
+    host = target.device_type == "cpu"
 
     def empty_host_cache() -> None:
         if not host:
@@ -213,8 +214,8 @@ def apis() -> list[str]:
     return [f"torch.accelerator.{n}" for n in names()]
 
 
-def status(view: View, api: str, source: str = "cuda") -> tuple[Any, str] | None:
-    """``(Status, note)`` of ``torch.accelerator.<name>`` (or ``torch.accelerator.memory.<name>``) on ``view``
+def status(target: Target, api: str, source: str = "cuda") -> tuple[Any, str] | None:
+    """``(Status, note)`` of ``torch.accelerator.<name>`` (or ``torch.accelerator.memory.<name>``) on ``target``
     for a program written for ``source``; None for a name with no row."""
     parts = api.split(".")
     if parts[:2] != ["torch", "accelerator"] or len(parts) not in (3, 4) or (
@@ -223,37 +224,37 @@ def status(view: View, api: str, source: str = "cuda") -> tuple[Any, str] | None
     spec = ACCELERATOR_SPECS.get(parts[-1])
     if spec is None:
         return None
-    if view.device_type == source:
-        return NATIVE, f"torch.accelerator itself: the {view.name} backend's device is the {source} accelerator"
-    return spec.rule(view, source)
+    if target.device_type == source:
+        return NATIVE, f"torch.accelerator itself: the {target.name} backend's device is the {source} accelerator"
+    return spec.rule(target, source)
 
 
-def _build(fx: Facade, view: View, name: str, spec: Spec) -> Any:
+def _build(target: Target, name: str, spec: Spec) -> Any:
     """The object ``torch.accelerator.<name>`` becomes for this install (None: left as torch has it)."""
-    api, ns = f"torch.accelerator.{name}", fx.source
-    status_, note = spec.rule(view, ns)
-    built = None if status_ is UNSUPPORTED or spec.build is None else spec.build(fx, ns, name)
+    api, ns = f"torch.accelerator.{name}", target.source
+    status_, note = spec.rule(target, ns)
+    built = None if status_ is UNSUPPORTED or spec.build is None else spec.build(target, ns, name)
     if spec.kind == "class":
         if built is None:
-            return _unsupported_class(api, view.name, note, name)
+            return _unsupported_class(api, target.name, note, name)
         return _traced_class(built, api, status_, note)
     if built is None:
-        return _raiser(api, view.name, note, name)
+        return _raiser(api, target.name, note, name)
     if name in DEPRECATED:
         built = _warning(built, name, DEPRECATED[name])
     return _wrap(api, status_, note, built, name)
 
 
-def install(patcher: Any, fx: Facade, view: View) -> dict[str, Any]:
+def install(patcher: Any, target: Target) -> dict[str, Any]:
     """Make ``torch.accelerator`` answer as ``torch.<source>`` does (see the module docstring); return
     what was put in place, by name. Nothing when the source family is the target's own device type."""
-    if fx.source not in fx.target.sources:
+    if target.source not in target.sources:
         return {}
     module = torch.accelerator
     submodules = [m for m in (getattr(module, s, None) for s in SUBMODULES) if m is not None]
     objects: dict[str, Any] = {}
     for name in names():
-        obj = _build(fx, view, name, ACCELERATOR_SPECS[name])
+        obj = _build(target, name, ACCELERATOR_SPECS[name])
         if callable(obj) and not isinstance(obj, type):
             # every caller inside torch gets torch's answer (see the module docstring)
             obj = boundary.split(obj, patcher.get(module, name), internal=boundary.in_torch)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from .. import trace as _trace
 from ..backend import STATUS_ATTR, Status
 from ..errors import SensorUnavailableError, UnsupportedError
 from ..forwarding import maker, shape_of
-from .rules import UNSUPPORTED, View
+from ..router import Target
+from .rules import UNSUPPORTED
 from .table import SPECS
 
 #: the body of a generated wrapper (:func:`torchdevice.forwarding.maker`)
@@ -61,7 +62,7 @@ def _wrap(api: str, status_: Status, note: str, impl: Callable, name: str) -> Ca
 
 
 def _raiser(api: str, backend: str, instead: str, name: str) -> Callable:
-    def unsupported(*args, **kwargs):
+    def unsupported(*args: Any, **kwargs: Any) -> NoReturn:
         if _trace.active:
             _trace.note(api, "unsupported")
         raise UnsupportedError(api, backend, instead)
@@ -76,7 +77,7 @@ def _raiser(api: str, backend: str, instead: str, name: str) -> Callable:
 def _unsupported_class(api: str, backend: str, instead: str, name: str) -> type:
     """A class standing in for an unsupported one: ``isinstance`` works (False), construction raises."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
         if _trace.active:
             _trace.note(api, "unsupported")
         raise UnsupportedError(api, backend, instead)
@@ -96,7 +97,7 @@ def _traced_class(cls: type, api: str, status_: Status, note: str) -> type:
     how = f"{status_}: {note}" if note else str(status_)
 
     @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
         if _trace.active:
             _trace.note(api, how)
         init(self, *args, **kwargs)
@@ -155,14 +156,14 @@ def _creation(cls: type) -> str | None:
     return None
 
 
-def trace_stream_classes(patcher: Any, state: dict, view: View, ns: str) -> None:
+def trace_stream_classes(patcher: Any, target: Target, ns: str) -> None:
     """Note the program's uses of the fronted ``torch.<ns>.Stream`` / ``Event`` (creation, ``record``,
     ``elapsed_time`` ...) for ``run --report`` and the log: their methods are wrapped through ``patcher`` (the
-    backend's own classes keep their identity; ``unpatch()`` gives the methods back). ``state`` is the install's
-    ``Facade.state``; an unsupported class already notes its construction."""
+    backend's own classes keep their identity; ``unpatch()`` gives the methods back). The classes are those the
+    install built (``target.state``); an unsupported class already notes its construction."""
     for kind, methods in (("Stream", STREAM_METHODS), ("Event", EVENT_METHODS)):
-        cls = state.get(f"{ns}.{kind}")
-        status_, note = SPECS[kind].rule(view, ns)
+        cls = target.state.get(f"{ns}.{kind}")
+        status_, note = SPECS[kind].rule(target, ns)
         if not isinstance(cls, type) or status_ is UNSUPPORTED:
             continue
         api, how = f"torch.{ns}.{kind}", f"{status_}: {note}" if note else str(status_)

@@ -103,6 +103,7 @@ from torchdevice.backend import (
     translated,
 )
 from torchdevice.cpu import CPURNG, CPUCollectives
+from torchdevice.memstats import NoPinnedHostMemory
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
 from ._mlx import import_problem, mx
@@ -149,7 +150,7 @@ def total_memory() -> int:
 # -- memory -----------------------------------------------------------------------------------
 
 
-class MLXMemory(MemoryOps):
+class MLXMemory(NoPinnedHostMemory, MemoryOps):
     """MLX's allocator figures (see the module docstring)."""
 
     def __init__(self, backend: str):
@@ -238,19 +239,6 @@ class MLXMemory(MemoryOps):
     @translated("'native': MLX's own allocator (there is no cudaMallocAsync)")
     def get_allocator_backend(self) -> str:
         return "native"
-
-    @translated("CUDA's pinned-allocator keys, all 0: MLX has no pinned host-memory allocator, so no pinned blocks "
-                "exist")
-    def host_memory_stats(self) -> dict:
-        return memstats.empty_host_stats()
-
-    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
-    def reset_accumulated_host_memory_stats(self) -> None:
-        return None
-
-    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
-    def reset_peak_host_memory_stats(self) -> None:
-        return None
 
 
 # -- streams and events -----------------------------------------------------------------------
