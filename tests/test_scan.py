@@ -420,3 +420,38 @@ def test_progress_bar_draws_and_clears():
     bar.close()
     text = stream.getvalue()
     assert "scanning [" in text and "100/100 files" in text and text.endswith("\r\033[K")
+
+
+# -- notes whole, torch.accelerator ----------------------------------------------------------------
+
+LONG_NOTES = """\
+import torch
+n = torch.cuda.memory_allocated()
+if torch.accelerator.is_available():
+    device = torch.accelerator.current_accelerator()
+"""
+
+
+def test_text_output_prints_each_note_whole(tmp_path, capsys):
+    from torchdevice import matrix
+
+    path = tmp_path / "prog.py"
+    path.write_text(LONG_NOTES)
+    assert cli.main(["scan", str(path), "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    for api in ("torch.cuda.memory_allocated", "torch.accelerator.is_available"):
+        note = matrix.status_for(api, "cpu")[1]
+        assert len(note) > 100  # what a cut at about 100 characters used to lose
+        line = next(line for line in out.splitlines() if f" {api} " in line)
+        assert line.rstrip().endswith(note), line
+
+
+def test_torch_accelerator_uses_are_found_with_their_status(tmp_path):
+    assert [(u.line, u.api) for u in scan_source(LONG_NOTES)] == [
+        (2, "torch.cuda.memory_allocated"), (3, "torch.accelerator.is_available"),
+        (4, "torch.accelerator.current_accelerator")]
+    path = tmp_path / "prog.py"
+    path.write_text(LONG_NOTES.replace("torch.cuda.memory_allocated()", "0"))  # no other accelerator word
+    report = scan_paths([str(path)], backend="cpu")
+    assert [(u.api, u.status) for u in report.uses] == [
+        ("torch.accelerator.is_available", "translated"), ("torch.accelerator.current_accelerator", "translated")]

@@ -99,6 +99,26 @@ def _implicit_dtype() -> torch.dtype | None:
 _FAST = (torch.bfloat16, torch.float16)  # what torch's autocast takes on a device without its own list
 
 
+def _handled(how: str, asked: tuple, dtype: torch.dtype | None, enabled: bool) -> str:
+    """What one translated autocast did, for ``run --report``: ``how`` (the row's "translated:
+    torch.autocast('cpu'), default dtype X") with the dtype the program passed (or the default taken) and
+    whether the region runs enabled, and why not; ``asked`` is the program's ``(dtype, enabled)``."""
+    if not how.startswith("translated:"):
+        return how  # no autocast on the target: the row says it runs disabled
+    call, _, default = how.partition(", default dtype ")
+    asked_dtype, asked_enabled = asked
+    given = f"dtype {asked_dtype} passed" if asked_dtype is not None else f"default dtype {dtype or default}"
+    if enabled:
+        state = "enabled"
+    elif not asked_enabled:
+        state = "disabled (enabled=False passed)"
+    elif asked_dtype is torch.float32:
+        state = "disabled: float32 computes as without autocast (CUDA's result; CPU autocast would warn)"
+    else:
+        state = f"disabled: {dtype} is not an autocast dtype of the target"
+    return f"{call}, {given}, {state}"
+
+
 def _supported_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
     """The dtypes ``torch.autocast(device_type)`` accepts without turning itself off (torch's own rule)."""
     if device_type == torch._C._get_privateuse1_backend_name():
@@ -271,9 +291,10 @@ def _autocast_init(plan: _Plan, base_init: Callable[..., None]) -> Callable[...,
     def autocast_init(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True,
                       cache_enabled: bool | None = None) -> None:
         if is_source(device_type):
-            if trace.active:
-                trace.note("torch.autocast", how)
+            asked = dtype, enabled
             device_type, dtype, enabled = autocast_args(device_type, dtype, enabled)
+            if trace.active:
+                trace.note("torch.autocast", _handled(how, asked, dtype, enabled))
         elif enabled and dtype is not None and dtype not in _FAST and device_type != "cuda":
             # a device type not translated, with a dtype torch's autocast refuses: torch warns from the
             # frame above its __init__, which is now this wrapper; say it at the program's line instead
@@ -292,9 +313,10 @@ def _cuda_autocast_init(plan: _Plan, base_init: Callable[..., None],
     def cuda_autocast_init(self: Any, enabled: bool = True, dtype: torch.dtype | None = None,
                            cache_enabled: bool = True) -> None:
         # dtype defaults to None (not CUDA's float16) so the target's default applies
-        if trace.active:
-            trace.note("torch.cuda.amp.autocast", how)
+        asked = dtype, enabled
         device_type, dtype, enabled = plan.autocast_args("cuda", dtype, enabled)
+        if trace.active:
+            trace.note("torch.cuda.amp.autocast", _handled(how, asked, dtype, enabled))
         base_init(self, device_type, dtype, enabled, cache_enabled)
 
     return cuda_autocast_init

@@ -94,8 +94,10 @@ _SPLIT = """\
 _SPLIT_NAMES = ("_getframe", "_internal", "_real", "_translated")
 
 
-def split(translated: Callable[..., Any], real: Callable[..., Any]) -> Callable[..., Any]:
-    """``translated`` for the program, ``real`` for torch's own machinery (decided by the caller's file).
+def split(translated: Callable[..., Any], real: Callable[..., Any],
+          internal: Callable[[str], bool] = torch_internal) -> Callable[..., Any]:
+    """``translated`` for the program, ``real`` for torch's own machinery (decided by the caller's file:
+    ``internal(filename)``, :func:`torch_internal` unless given; :func:`in_torch` for all of torch).
 
     The result takes exactly ``translated``'s parameters (generated code, no ``*args`` packing),
     so ``inspect.signature`` and a wrong call's ``TypeError`` read as the translated function's.
@@ -103,7 +105,7 @@ def split(translated: Callable[..., Any], real: Callable[..., Any]) -> Callable[
     # the parameters translated's own code takes (a wrapper's, not those of what it wraps): they are passed on
     shape, defaults = shape_of(translated, follow_wrapped=False)
     make = maker(_SPLIT, _SPLIT_NAMES, shape, f"{__file__}<split>")
-    answer = make(sys._getframe, torch_internal, real, translated, *defaults)
+    answer = make(sys._getframe, internal, real, translated, *defaults)
     functools.update_wrapper(answer, translated)
     answer.__code__ = answer.__code__.replace(co_name=translated.__name__, co_qualname=translated.__name__)
     answer.__torchdevice_real__ = real  # type: ignore[attr-defined]

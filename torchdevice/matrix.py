@@ -308,6 +308,7 @@ def extra_rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     apis: list[str] = []
     for ns in SOURCE_TYPES:
         apis += [a for a in namespaces.fronted(ns) if a not in in_catalog]
+    apis += namespaces.accelerator.apis()
     if names:
         apis += [a for a in amp_apis(view(names[0])) if a not in in_catalog and a not in apis]
     result = []
@@ -466,8 +467,9 @@ def render_md(backends: Iterable[str] | str | None = None) -> str:
         out += _md_table(section_rows, names, single)
     if extras:
         out += ["", "## Also fronted (not in the catalog)", "",
-                "Classes, submodule spellings, NVTX, `torch.cuda.comm` and AMP entry points that translation "
-                "gives a behaviour too.", ""]
+                "Classes, submodule spellings, NVTX, `torch.cuda.comm`, AMP entry points and `torch.accelerator` "
+                "(answering as the source family's namespace: `torch.cuda` here) that translation gives a "
+                "behaviour too.", ""]
         out += _md_table(extras, names, single)
     out += ["", "## Device properties", "",
             "Every field of `torch.cuda.get_device_properties(i)` (torch's `_CudaDeviceProperties`; likewise "

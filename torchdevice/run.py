@@ -423,11 +423,13 @@ def report_dict(target: Target, command: list[str], module: bool, status: int, d
     cwd = cwd or os.getcwd()
     apis = []
     by_status: dict[str, dict[str, int]] = {}
+    named: dict[str, set[str]] = {}  # handled as -> the APIs (one API handled two ways is two rows, one API)
     for use in trace.report_data():
         entry = _api_entry(use, cwd)
         apis.append(entry)
         agg = by_status.setdefault(entry["handled"], {"apis": 0, "calls": 0})
-        agg["apis"] += 1
+        named.setdefault(entry["handled"], set()).add(use.api)
+        agg["apis"] = len(named[entry["handled"]])
         agg["calls"] += use.calls
     via_torch: list[dict] = []
     via_torch_other: dict[str, int] = {}
@@ -479,7 +481,7 @@ def format_markdown(data: dict, max_sites: int = 10) -> str:
                + (f"; source family `{data['source']}`" if data.get("source") else ""))
     out.append(f"- Exit status: {data['exit_status']}")
     out.append(f"- Duration: {data['duration_s']:.2f} s")
-    out.append(f"- Translated APIs called: {len(data['apis'])} ({data['total_calls']} calls)")
+    out.append(f"- Translated APIs called: {len({a['api'] for a in data['apis']})} ({data['total_calls']} calls)")
     out.append(f"- torchdevice {data['torchdevice']}; {data['note']}")
     if data.get("other_family_probes"):
         out.append(f"- Device probes of other families (answered: no device; only the source family "

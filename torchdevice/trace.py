@@ -7,8 +7,15 @@ pays one attribute read and nothing else.
 * Logging: ``TORCHDEVICE_LOG=info|debug`` (or :func:`configure_logging`)
   attaches a stderr handler to the ``logging`` logger ``torchdevice``. Each
   translated call site is logged once, at DEBUG, with ``file:line``.
-* Report: :func:`start_report` counts every call per API and call site with
-  how it was handled; :func:`report_data` returns it.
+* Report: :func:`start_report` counts every call per API, way it was handled
+  (``torch.autocast`` enabled and disabled are two uses) and call site;
+  :func:`report_data` returns it.
+
+The call site is the first frame outside torch, torchdevice and the package folders
+of the plugins installed as distributions (the mlx plugin's wrappers sit between the
+program and the core). Calls torchdevice makes itself through the program's path
+(probing dtypes) are made under :func:`muted`; :func:`translation_code` tells a
+wrapper whether its caller is translation's own code.
 
 A call torch makes on the program's behalf -- ``torch.manual_seed`` seeding every
 device family through ``torch.mps.manual_seed``, ``torch.xpu.manual_seed_all`` ... --
@@ -19,13 +26,15 @@ a use of the inner API at the program's line.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
+import types
 from collections import Counter
 from types import FrameType
-from typing import Callable
+from typing import Callable, Iterator
 
 logger = logging.getLogger("torchdevice")
 
@@ -49,10 +58,12 @@ class APIUse:
         self.sites: Counter = Counter()
 
 
-_uses: dict[str, APIUse] = {}
-#: (the torch function the program called, the translated API it called in turn) -> those calls, with
+#: (API, how it was handled) -> its calls: one API handled in two ways (``torch.autocast`` with float16, then
+#: disabled) is two uses, each saying what happened
+_uses: dict[tuple[str, str], APIUse] = {}
+#: (the torch function the program called, the translated API it called in turn, how) -> those calls, with
 #: how each was handled and the program's lines that called the torch function
-_via: dict[tuple[str, str], APIUse] = {}
+_via: dict[tuple[str, str, str], APIUse] = {}
 #: availability probes of the families the program is not written for (``torch.xpu.is_available`` while
 #: the source is cuda): they answer as a machine without that family would, torch's own answer here,
 #: so they are counted (:func:`other_family_probes`) but not listed as translated APIs
@@ -72,20 +83,51 @@ def _skip_prefixes() -> tuple[str, ...]:
     import torch
 
     here = os.path.dirname(os.path.abspath(__file__))
-    return (here + os.sep, os.path.dirname(torch.__file__) + os.sep, runpy.__file__, "<frozen ")
+    return (here + os.sep, os.path.dirname(torch.__file__) + os.sep, runpy.__file__, "<frozen ", *_plugin_dirs())
 
 
+def _package_dir(plugin: object) -> str | None:
+    """The folder of the package that defines ``plugin`` (its module, or its class's module), with a trailing
+    separator; None for one defined in a lone module or a namespace package (a folder of scripts)."""
+    name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+    package = sys.modules.get(name.partition(".")[0])
+    init = getattr(package, "__file__", None)
+    if not init or not list(getattr(package, "__path__", None) or ()):
+        return None
+    return os.path.join(os.path.dirname(os.path.abspath(init)), "")
+
+
+def _plugin_dirs() -> tuple[str, ...]:
+    """The package folders of the plugins installed as distributions (torchdevice_mlx ...): their code is
+    translation's own, not the program's (the mlx plugin's ``.to`` wrapper calls the core's), so the call-site
+    search skips them too. A plugin the program registers itself (``plugins.register``) is the program's code."""
+    from . import plugins
+
+    global _listening
+    if not _listening:
+        plugins.on_change(_forget_skips)  # plugins loaded later are skipped from then on
+        _listening = True
+    found = {_package_dir(plugin) for name, plugin in plugins.pm.list_name_plugin()
+             if getattr(plugins.plugin_info.get(name), "distribution", None) is not None}
+    return tuple(sorted(d for d in found if d is not None))
+
+
+def _forget_skips() -> None:
+    global _SKIP
+    _SKIP = ()
+
+
+_listening = False
 _SKIP: tuple[str, ...] = ()
 _TORCH = ""
+_OURS: tuple[str, ...] = ()  # torchdevice's folder and the plugins': code translation runs, not the program
 
 
 def _call_site(depth: int = 2) -> tuple[str, int, FrameType | None]:
-    """The first frame outside torch and torchdevice (the user's line), and the frame of torch's
+    """The first frame outside torch, torchdevice and the plugins (the user's line), and the frame of torch's
     code the user's line called on the way, if the call went through torch (else None)."""
-    global _SKIP, _TORCH
     if not _SKIP:
-        _SKIP = _skip_prefixes()
-        _TORCH = _SKIP[1]
+        _compute_skips()
     frame: FrameType | None = sys._getframe(depth)
     through = None
     while frame is not None:
@@ -96,6 +138,21 @@ def _call_site(depth: int = 2) -> tuple[str, int, FrameType | None]:
             through = frame  # the outermost torch function on the way, not a decorator's inner wrapper
         frame = frame.f_back
     return "<unknown>", 0, through
+
+
+def _compute_skips() -> None:
+    global _SKIP, _TORCH, _OURS
+    skip = _skip_prefixes()
+    _TORCH, _OURS = skip[1], (skip[0], *skip[4:])
+    _SKIP = skip
+
+
+def translation_code(filename: str) -> bool:
+    """Whether ``filename`` is torchdevice's or a plugin's code (a call from there is translation's own use of
+    an API, not the program's: a host event recording on its stream)."""
+    if not _SKIP:
+        _compute_skips()
+    return filename.startswith(_OURS)
 
 
 def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
@@ -131,8 +188,25 @@ def _torch_name(frame: FrameType) -> str:
     return f"{module}.{_qualname(code)}"
 
 
+_muting = threading.local()
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """Nothing this thread's translated calls do inside is noted: for torchdevice's own calls through the
+    program's path (``torch.accelerator.get_device_capability`` probing dtypes), which the program did not make."""
+    before = getattr(_muting, "on", False)
+    _muting.on = True
+    try:
+        yield
+    finally:
+        _muting.on = before
+
+
 def note(api: str, how: str) -> None:
     """Record one call of translated ``api`` (e.g. ``"torch.cuda.synchronize"``) handled as ``how``."""
+    if getattr(_muting, "on", False):
+        return
     filename, lineno, through = _call_site()
     via = _torch_name(through) if through is not None else None
     with _lock:
@@ -140,15 +214,15 @@ def note(api: str, how: str) -> None:
             if api in quiet:
                 _quiet_calls[api] += 1
             elif via is not None:
-                use = _via.get((via, api))
+                use = _via.get((via, api, how))
                 if use is None:
-                    use = _via[(via, api)] = APIUse(api, how)
+                    use = _via[(via, api, how)] = APIUse(api, how)
                 use.calls += 1
                 use.sites[f"{filename}:{lineno}"] += 1
             else:
-                use = _uses.get(api)
+                use = _uses.get((api, how))
                 if use is None:
-                    use = _uses[api] = APIUse(api, how)
+                    use = _uses[(api, how)] = APIUse(api, how)
                 use.calls += 1
                 use.sites[f"{filename}:{lineno}"] += 1
         if _log_on:
@@ -200,9 +274,9 @@ def stop_report() -> None:
 
 
 def report_data() -> list[APIUse]:
-    """What was counted so far, most-called first."""
+    """What was counted so far, most-called first: one :class:`APIUse` per API and way it was handled."""
     with _lock:
-        return sorted(_uses.values(), key=lambda u: (-u.calls, u.api))
+        return sorted(_uses.values(), key=lambda u: (-u.calls, u.api, u.how))
 
 
 def made_by_torch() -> dict[str, int]:
@@ -210,7 +284,7 @@ def made_by_torch() -> dict[str, int]:
     (``{"torch.manual_seed": 3}``), most first."""
     counts: Counter = Counter()
     with _lock:
-        for (via, _), use in _via.items():
+        for (via, _, _), use in _via.items():
             counts[via] += use.calls
     return dict(counts.most_common())
 
@@ -219,7 +293,7 @@ def made_by_torch_uses() -> list[tuple[str, APIUse]]:
     """The calls :func:`made_by_torch` counts, one ``(torch function, use)`` per translated API, each
     with how it was handled and the program's lines that called the torch function."""
     with _lock:
-        return sorted(((via, use) for (via, _), use in _via.items()),
+        return sorted(((via, use) for (via, _, _), use in _via.items()),
                       key=lambda vu: (vu[0], -vu[1].calls, vu[1].api))
 
 

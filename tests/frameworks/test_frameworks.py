@@ -2,7 +2,7 @@
 backend, compared with native CPU runs of the same scripts where one exists.
 
 Each framework's tests skip when it is not installed; ``tox -e frameworks`` installs
-lightning==2.6.6, accelerate==1.15.0 and transformers==5.23.0 (torch 2.13.0) and runs this file
+lightning==2.6.6, accelerate==1.15.0, transformers==5.23.0 and diffusers==0.42.1 (torch 2.13.0) and runs this file
 with ``TORCHDEVICE_FRAMEWORK_TESTS=1``, where a framework that does not import fails instead.
 The scripts are in this directory; each writes what it saw as JSON. Every run is a subprocess
 (about 4-5 s each on the reference machine, 8-10 s for two DDP ranks).
@@ -408,3 +408,16 @@ def test_integrations_listed_by_info():
     assert result.returncode == 0, str(result)
     names = {i["name"]: i for i in json.loads(result.stdout)["integrations"]}
     assert {"lightning", "accelerate", "transformers"} <= set(names)
+
+
+def test_diffusers_model_cpu_offload_finds_the_translated_accelerator():
+    """``enable_model_cpu_offload()`` asks ``torch.accelerator`` for the accelerator (natively on a CPU it
+    raises "requires accelerator, but not found"); translated it offloads, runs the unet on the target and
+    gives the image of the native CPU pipeline without offloading."""
+    need("diffusers")
+    need("accelerate")
+    run = last_json(translated("diffusers_offload.py"))
+    reference = last_json(native("diffusers_offload.py", "--no-offload"))
+    assert run["offload"] and run["accelerator"] == "cuda" and reference["accelerator"] is None
+    assert run["unet_ran_on"] == ["cpu"] and run["unet_after"] == "cpu"
+    assert run["image"] == reference["image"] and run["image_sum"] == reference["image_sum"]

@@ -17,6 +17,8 @@ Where to look
     ``nvtx.py``         torch.cuda.nvtx ranges and marks
     ``nccl.py``         torch.cuda.nccl: version from the backend's collective engine, the rest unsupported
     ``tunable.py``      torch.cuda.tunable (TunableOp): queries False, settings unsupported
+    ``accelerator.py``  torch.accelerator, answering as the source family's namespace (its rows reuse
+                        that family's builders; own rows: current_accelerator, device_index ...)
     ==================  ===========================================================================
 
     A row is ``@fronts("name", rule)`` above ``def build_name(target: Target, ns: str, name: str)``, or a

@@ -12,11 +12,12 @@ from .. import boundary, comm
 from .. import trace as _trace
 from .._patching import Patcher
 from ..router import Target
+from . import accelerator
 from .nvtx import _nvtx_state
 from .rules import NATIVE, TRANSLATED, UNSUPPORTED
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
 from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Builder, Spec
-from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
+from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap, trace_stream_classes
 
 _installed: dict[str, dict[str, Any]] | None = None
 
@@ -112,12 +113,15 @@ def install(patcher: Patcher, target: Target) -> None:
                 if name in vars(sub):
                     patcher.set(sub, name, obj)
         _install_backends_flags(patcher, target, ns, objects)
+        if ns == target.source:
+            trace_stream_classes(patcher, target, ns)
         if ns == "cuda":
             _install_nvtx(patcher, target)
             _install_comm(patcher, target)
         installed[ns] = objects
     if target.sources:
         _install_get_device_module(patcher, target)
+        accelerator.install(patcher, target)
     _installed = installed
     _trace.quiet = frozenset(  # the other families answer "not here", as on the source machine: not listed
         api for ns in target.sources if ns != target.source

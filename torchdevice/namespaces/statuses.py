@@ -8,6 +8,7 @@ import torch
 
 from ..backend import Status
 from ..router import Target
+from . import accelerator
 from .rules import NATIVE, NOOP, TRANSLATED
 from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Spec
 
@@ -83,12 +84,15 @@ def api_status(target: Target, api: str) -> tuple[Status, str] | None:
     Accepts ``torch.cuda.X`` and the submodule spellings ``torch.cuda.memory.X``,
     ``torch.cuda.random.X``, ``torch.cuda.streams.X``, ``torch.cuda.graphs.X``,
     ``torch.cuda.nvtx.X``, ``torch.cuda.comm.X`` (likewise for mps, xpu, mtia),
-    and ``torch.backends.mps.is_available``.
+    ``torch.backends.mps.is_available``, and ``torch.accelerator.X`` (for a CUDA program:
+    :func:`torchdevice.namespaces.accelerator.status`).
     """
     if api == "torch.backends.mps.is_available":
         return status(target, "mps", "is_available")
     if api in ("torch.Tensor.record_stream", ".record_stream()"):
         return record_stream_status(target)
+    if api.startswith("torch.accelerator."):
+        return accelerator.status(target, api)
     if api == "torch.get_device_module":
         return TRANSLATED, (
             f"a {', '.join(t for t in NAMESPACES if t != target.device_type)} device string gives the fronted "

@@ -4,13 +4,16 @@ unsupported function, and the stand-ins for classes."""
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Callable, NoReturn
 
 from .. import trace as _trace
 from ..backend import STATUS_ATTR, Status
 from ..errors import SensorUnavailableError, UnsupportedError
 from ..forwarding import maker, shape_of
+from ..router import Target
 from .rules import UNSUPPORTED
+from .table import SPECS
 
 #: the body of a generated wrapper (:func:`torchdevice.forwarding.maker`)
 _WRAPPER = """\
@@ -102,3 +105,73 @@ def _traced_class(cls: type, api: str, status_: Status, note: str) -> type:
     cls.__init__ = __init__  # type: ignore[misc]
     setattr(cls, STATUS_ATTR, (status_, note))
     return cls
+
+
+#: the methods of the backend's ``Stream`` / ``Event`` classes whose calls the trace notes (``__init__``: creation)
+STREAM_METHODS = ("__init__", "synchronize", "query", "wait_event", "wait_stream", "record_event")
+EVENT_METHODS = ("__init__", "record", "wait", "query", "synchronize", "elapsed_time")
+
+
+#: the body of a generated stream/event method wrapper: only the program's own calls are noted
+_METHOD = """\
+    if _trace.active and not _trace.translation_code(_getframe(1).f_code.co_filename):
+        _trace.note(api, how)
+    return method({args})
+"""
+_METHOD_NAMES = ("_trace", "_getframe", "api", "how", "method")
+
+
+def _traced_method(method: Callable, api: str, how: str) -> Callable:
+    """``method`` noting the program's calls of it: generated with its own parameters (no packing: a method
+    such as ``Event.query`` costs a few tens of nanoseconds more with tracing off); a method whose
+    parameters cannot be read (a C one) gets a generic wrapper."""
+    try:
+        shape, defaults = shape_of(method)
+    except (TypeError, ValueError):
+        shape = None
+    if shape is not None:
+        make = maker(_METHOD, _METHOD_NAMES, shape, _WRAPPER_FILE)
+        traced = make(_trace, sys._getframe, api, how, method, *defaults)
+        functools.update_wrapper(traced, method)
+        traced.__code__ = traced.__code__.replace(co_name=method.__name__, co_qualname=method.__qualname__)
+        return traced
+
+    @functools.wraps(method)
+    def generic(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _trace.active and not _trace.translation_code(sys._getframe(1).f_code.co_filename):
+            _trace.note(api, how)
+        return method(self, *args, **kwargs)
+
+    return generic
+
+
+def _creation(cls: type) -> str | None:
+    """``"__init__"`` or ``"__new__"``: the first Python-level one of ``cls``'s MRO (the one that makes its
+    instances), None when both are C's (nothing to wrap without changing how instances are made)."""
+    for klass in cls.__mro__:
+        for name in ("__init__", "__new__"):
+            found = vars(klass).get(name)
+            if hasattr(getattr(found, "__func__", found), "__code__"):
+                return name
+    return None
+
+
+def trace_stream_classes(patcher: Any, target: Target, ns: str) -> None:
+    """Note the program's uses of the fronted ``torch.<ns>.Stream`` / ``Event`` (creation, ``record``,
+    ``elapsed_time`` ...) for ``run --report`` and the log: their methods are wrapped through ``patcher`` (the
+    backend's own classes keep their identity; ``unpatch()`` gives the methods back). The classes are those the
+    install built (``target.state``); an unsupported class already notes its construction."""
+    for kind, methods in (("Stream", STREAM_METHODS), ("Event", EVENT_METHODS)):
+        cls = target.state.get(f"{ns}.{kind}")
+        status_, note = SPECS[kind].rule(target, ns)
+        if not isinstance(cls, type) or status_ is UNSUPPORTED:
+            continue
+        api, how = f"torch.{ns}.{kind}", f"{status_}: {note}" if note else str(status_)
+        for name in methods:
+            if name == "__init__":
+                name = _creation(cls) or ""
+            method = getattr(cls, name, None) if name else None
+            if not callable(method):
+                continue
+            traced = _traced_method(method, api if name in ("__init__", "__new__") else f"{api}.{name}", how)
+            patcher.set(cls, name, staticmethod(traced) if name == "__new__" else traced)

@@ -18,7 +18,9 @@ What is reported (``kind`` in parentheses; ``api`` is the name reported)
   ``torch.mps.empty_cache``, ``torch.xpu.device_count``, ``torch.mtia.is_available``,
   ``torch.version.cuda``, ``torch.distributed.is_nccl_available``,
   ``torch.distributed.Backend.NCCL``) or starting with ``CUDA``
-  (``torch.utils.cpp_extension.CUDAExtension``). ``api`` is the whole chain as
+  (``torch.utils.cpp_extension.CUDAExtension``), and the ``torch.accelerator`` functions
+  (``torch.accelerator.is_available``: device-agnostic code's accelerator, which translation
+  answers as the source family's namespace). ``api`` is the whole chain as
   written, aliases resolved; attributes of a call's result are not part of it
   (``torch.cuda.get_device_properties(0).total_memory`` reports
   ``torch.cuda.get_device_properties``). Aliases are resolved from imports
@@ -81,7 +83,7 @@ directories, ``__pycache__``, ``site-packages``, ``dist-packages``,
 ``node_modules``, and virtual or conda environments (a directory holding
 ``pyvenv.cfg`` or ``conda-meta``); a path given explicitly is always scanned.
 A file containing none of the words a use needs (``cuda``, ``CUDA``, ``cudnn``,
-``nccl``, ``xccl``, ``xpu``, ``mtia``, ``mps``, ...) cannot hold a use and is not
+``nccl``, ``xccl``, ``xpu``, ``mtia``, ``mps``, ``accelerator``, ...) cannot hold a use and is not
 parsed. In a parsed file only statements spanning a line with such a word, or
 with a name bound to an accelerator API (``tc`` after ``import torch.cuda as tc``,
 ``amp`` after ``amp = torch.cuda.amp``), are visited. Files that cannot be

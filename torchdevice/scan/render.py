@@ -46,9 +46,9 @@ def use_colour(stream, mode: str = "auto") -> bool:
         return False
 
 
-def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25, note_width: int = 100,
-                uses: bool = True) -> str:
-    """The terminal report: uses grouped by file (unless ``uses`` is false), unscannable files, the summary."""
+def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25, uses: bool = True) -> str:
+    """The terminal report: uses grouped by file (unless ``uses`` is false), unscannable files, the summary.
+    A use's note is printed whole: it says what to do instead, which a cut would lose."""
     paint = _Paint(colour)
     out: list[str] = []
     by_file: dict[str, list[Use]] = {}
@@ -65,7 +65,7 @@ def render_text(report: ScanReport, colour: bool = False, api_limit: int = 25, n
             if u.context and u.context not in ("call", "attribute", "reference"):
                 extra.append(u.context)
             if u.note:
-                extra.append(u.note if len(u.note) <= note_width else u.note[: note_width - 3] + "...")
+                extra.append(u.note)
             tail = f"  {paint('  '.join(extra), '2')}" if extra else ""
             out.append(f"  {paint(where.ljust(loc_w), '2')}  {u.api.ljust(api_w)}  "
                        f"{paint.status(u.status, status_w)}{tail}")

@@ -13,7 +13,8 @@ METHODS = frozenset({"cuda", "xpu", "mtia"})
 IS_ATTRS = frozenset({"is_cuda", "is_mps", "is_xpu", "is_mtia"})
 
 # A file holding none of these cannot hold a use (every rule needs one literally).
-_WORDS = (b"cuda", b"CUDA", b"cudnn", b"nccl", b"NCCL", b"xccl", b"XCCL", b"xpu", b"XPU", b"mtia", b"MTIA")
+_WORDS = (b"cuda", b"CUDA", b"cudnn", b"nccl", b"NCCL", b"xccl", b"XCCL", b"xpu", b"XPU", b"mtia", b"MTIA",
+          b"accelerator")
 _MPS_BYTES = re.compile(rb"(?<![A-Za-z])(?:mps|MPS)")
 
 _DEVICE_RE = re.compile(r"(cuda|mps|xpu|mtia)(?::(?:\d+|%[dis]|\{[^{}]*\})?)?")
@@ -25,7 +26,8 @@ _ENV_RE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 _ENV_WORDS = frozenset({"CUDA", "CUDNN", "NCCL", "XCCL", "MPS", "XPU", "MTIA", "CUBLAS", "CUBLASLT", "NVIDIA"})
 _ENV_FUNCS = frozenset({"getenv", "putenv", "unsetenv", "setenv", "delenv"})
 _ENV_METHODS = frozenset({"get", "setdefault", "pop"})
-_COMPONENT_RE = re.compile(r"(?:^|_)(?:cuda|cudnn|nccl|xccl|mps|xpu|mtia)(?:_|$)|^CUDA|(?:^|_)(?:NCCL|XCCL)(?:_|$)")
+_COMPONENT_RE = re.compile(
+    r"(?:^|_)(?:cuda|cudnn|nccl|xccl|mps|xpu|mtia)(?:_|$)|^CUDA|(?:^|_)(?:NCCL|XCCL)(?:_|$)|^accelerator$")
 
 _DEVICE_KWARGS = frozenset({
     "device", "map_location", "device_type", "output_device", "dst_device", "src_device",
@@ -72,7 +74,7 @@ def _pseudo(chain: str) -> str:
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _TRY = tuple({ast.Try, getattr(ast, "TryStar", ast.Try)})
-_HOT = re.compile(rb"cuda|CUDA|cudnn|nccl|NCCL|xccl|XCCL|xpu|XPU|mtia|MTIA|(?<![A-Za-z])(?:mps|MPS)")
+_HOT = re.compile(rb"cuda|CUDA|cudnn|nccl|NCCL|xccl|XCCL|xpu|XPU|mtia|MTIA|accelerator|(?<![A-Za-z])(?:mps|MPS)")
 _COMPOUND = tuple(
     getattr(ast, name) for name in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
     if hasattr(ast, name)
