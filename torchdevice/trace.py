@@ -170,7 +170,7 @@ def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
                            registry=registry, module_globals=module_globals or None)
 
 
-def _qualname(code) -> str:
+def _qualname(code: types.CodeType) -> str:
     return getattr(code, "co_qualname", code.co_name)
 
 

@@ -2,9 +2,11 @@
 colours, the progress bar, and the command line."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
+from typing import TextIO
 
 from .results import SEVERITY, UNKNOWN, ScanReport, Use, parse_fail_on
 from .tree import scan_paths
@@ -34,7 +36,7 @@ class _Paint:
         return self(status.ljust(width), _COLOURS.get(status, ""))
 
 
-def use_colour(stream, mode: str = "auto") -> bool:
+def use_colour(stream: TextIO, mode: str = "auto") -> bool:
     """Colour when ``mode`` is always, or auto and ``stream`` is a TTY and NO_COLOR is unset/empty."""
     if mode == "always":
         return True
@@ -110,7 +112,7 @@ def render_plain(report: ScanReport) -> str:
 class ProgressBar:
     """A one-line bar on ``stream`` (stderr), redrawn at most every 0.1 s; cleared by :meth:`close`."""
 
-    def __init__(self, stream=None, min_total: int = 200):
+    def __init__(self, stream: TextIO | None = None, min_total: int = 200) -> None:
         self.stream = stream or sys.stderr
         self.min_total = min_total
         self._last = 0.0
@@ -140,7 +142,7 @@ class ProgressBar:
 # -- command line -----------------------------------------------------------------
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``scan`` options to an argparse (sub)parser."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to scan")
     parser.add_argument("--backend", metavar="NAME",
@@ -179,7 +181,7 @@ def _resolve_backend(requested: str | None) -> tuple[str | None, str, str | None
     return requested, "", None
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """The ``torchdevice scan`` command; returns the exit status."""
     fail_on: set[str] = set()
     if args.fail_on:

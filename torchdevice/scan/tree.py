@@ -180,7 +180,8 @@ def scan_paths(
     return report
 
 
-def _scan_parallel(files, jobs, progress):
+def _scan_parallel(files: Sequence[str], jobs: int,
+                   progress: Callable[[int, int], None] | None) -> list[tuple[str, list[tuple], ScanError | None]]:
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -189,7 +190,7 @@ def _scan_parallel(files, jobs, progress):
     ctx = mp.get_context(method)
     size = max(8, min(256, len(files) // (jobs * 8)))
     chunks = [files[i:i + size] for i in range(0, len(files), size)]
-    results = []
+    results: list[tuple[str, list[tuple], ScanError | None]] = []
     done = 0
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         futures = [pool.submit(_scan_chunk, chunk) for chunk in chunks]
