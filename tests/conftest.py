@@ -142,8 +142,8 @@ def _load_target() -> TargetInfo:
     from torchdevice_sim.backend import SimBackend
 
     availability = SimBackend().availability()
-    if not availability.available:
-        pytest.skip(f"sim is unavailable here: {availability.reason}")
+    if not availability.available:  # asked for by name: a run that translated onto nothing would pass
+        pytest.fail(f"TORCHDEVICE_TEST_TARGET=sim, but sim is unavailable here: {availability.reason}")
     import torchdevice_sim
 
     from torchdevice_sim import distributed
