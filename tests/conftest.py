@@ -145,7 +145,6 @@ def _load_target() -> TargetInfo:
     if not availability.available:  # asked for by name: a run that translated onto nothing would pass
         pytest.fail(f"TORCHDEVICE_TEST_TARGET=sim, but sim is unavailable here: {availability.reason}")
     import torchdevice_sim
-
     from torchdevice_sim import distributed
 
     module = torchdevice_sim.load()
@@ -220,6 +219,10 @@ def pytest_collection_modifyitems(config, items):
         why = finder.why_item(item)
         if why is not None and item.get_closest_marker("subprocess") is None:
             item.add_marker(pytest.mark.subprocess(reason=" -> ".join(why)))
+    for item in items:
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None and not (marker.kwargs.get("reason") or marker.args):
+            raise pytest.UsageError(f"{item.nodeid}: cpu_only needs a reason")
     if TARGET != "cpu":
         _only_the_targets_tests(config, items)
 
@@ -237,9 +240,7 @@ def _only_the_targets_tests(config, items) -> None:
             continue
         marker = item.get_closest_marker("cpu_only")
         if marker is not None:
-            reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else None)
-            if not reason:
-                raise pytest.UsageError(f"{item.nodeid}: cpu_only needs a reason")
+            reason = marker.kwargs.get("reason") or marker.args[0]
             item.add_marker(pytest.mark.skip(reason=f"cpu target only: {reason}"))
         kept.append(item)
     if deselected:
