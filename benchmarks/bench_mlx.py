@@ -33,7 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import torchdevice
-from torchdevice_mlx.tensor import MLXTensor, evaluate_pending
+from torchdevice_mlx.conversion import evaluate_pending
+from torchdevice_mlx.mlxtensor import MLXTensor
 
 OPS = {
     "add (tensor)": lambda x: x + x,

@@ -4,8 +4,9 @@
                                         [-k EXPR] [--keep-going]
 
 Run it with the interpreter of an environment that has transformers (5.23.0 is what docs/testing.md
-reports) and torchdevice installed. It downloads the sdist of the installed transformers version
-(``pip download --no-binary``; cached in the work directory), takes its ``tests/test_modeling_common.py``
+reports), `parameterized` (its tests import it) and torchdevice installed. It downloads the sdist of the
+installed transformers version (``pip download --no-binary``; cached in the work directory), takes its
+``tests/test_modeling_common.py``
 (``ModelTesterMixin``: the ~300 tests every transformers model runs), stubs the two helper modules the
 sdist does not ship (``tests/exporters/test_export.py``, ``tests/generation/test_utils.py``: their mixins
 are not used here), and adds a tiny BERT, Llama and GPT-2 configuration (``scripts/peer/transformers/glue_*.py``:
@@ -13,7 +14,8 @@ the only code of ours). Then it runs ``pytest`` over them twice -- natively, and
 --backend BACKEND -m pytest`` (there ``transformers.testing_utils.torch_device`` is ``"cuda"``, so the
 tests marked GPU-only run too) -- and compares the outcomes per test from the JUnit XML of each side.
 
-Exit status 1 when a test that passes natively does not pass translated; the table lists those, and
+Exit status 1 when a test that passes natively does not pass translated, or when no test passed natively
+(the comparison would prove nothing); the table lists the regressions, and
 the tests that run only translated (GPU-only natively skipped) with their outcome.
 """
 from __future__ import annotations
@@ -90,6 +92,10 @@ def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: 
     if xml.exists():
         xml.unlink()  # a side that crashes before pytest writes its report must not be read from the last run
     subprocess.run(command, cwd=workdir, env=_clean_env())
+    if not xml.exists():
+        side = "translated" if translated else "native"
+        raise SystemExit(f"peer_transformers: the {side} run wrote no report ({xml}): pytest did not start "
+                         f"or crashed; its output is above")
     return outcomes(xml)
 
 
@@ -118,6 +124,15 @@ def compare(native: dict[str, str], translated: dict[str, str]) -> tuple[list[st
     return regressions, only_translated, "\n".join(rows)
 
 
+def proves_nothing(native: dict[str, str]) -> str | None:
+    """Why a comparison would prove nothing, or None: a native side where no test passed (a collection
+    error, a missing test dependency such as ``parameterized``) makes every translated outcome vacuous."""
+    if any(o == "passed" for o in native.values()):
+        return None
+    return (f"no test passed natively ({len(native)} collected): the comparison proves nothing; check the native "
+            f"output above (is `parameterized`, which transformers' tests import, installed?)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["bert", "llama", "gpt2"], choices=["bert", "llama", "gpt2"])
@@ -133,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     translated = run_side(args.python, workdir, True, args.backend, extra)
     regressions, only_translated, table = compare(native, translated)
     print(table)
+    vacuous = proves_nothing(native)
+    if vacuous:
+        print(f"\n{vacuous}")
+        return 1
     if only_translated:
         print(f"\n{len(only_translated)} test(s) skipped natively ran translated (GPU-only):")
         for test, outcome in only_translated:

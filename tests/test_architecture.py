@@ -23,6 +23,10 @@ Checked:
    inside a function.
 
 A failure names the modules of each cycle and the edges between them.
+
+3. no module imports one of its own package's modules by a string (``importlib.import_module("torchdevice.amp")``,
+   ``__import__``): such an import is no edge of the graph, so it would hide a cycle or a climbing import from
+   the checks above. Optional third-party modules may still be imported by name.
 """
 from __future__ import annotations
 
@@ -184,6 +188,63 @@ def test_the_checker_sees_a_cycle(tmp_path):
     assert cycles({m: top[m] | deferred[m] for m in top}) == [["pkg.a", "pkg.b"]]
 
 
+_IMPORT_BY_NAME = {"import_module", "__import__"}
+
+
+def _string_head(node: ast.expr) -> str | None:
+    """The text a string argument starts with (a literal, or an f-string's leading literal part), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        first = node.values[0] if node.values else None
+        return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else ""
+    return None
+
+
+def imports_by_name(package_dir: Path) -> list[str]:
+    """``file:line: call`` for every ``importlib.import_module``/``__import__`` call of the package's modules
+    whose argument names one of the package's own modules (its root name, or a relative name ``".x"``); an
+    f-string counts as naming one when its literal start does, or when it starts with a substitution."""
+    root = package_dir.name
+    found = []
+    for path in _modules(package_dir).values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            head = _string_head(node.args[0])
+            if name not in _IMPORT_BY_NAME or head is None:
+                continue
+            if head == "" or head.startswith(".") or head == root or head.startswith(root + "."):
+                found.append(f"{path.relative_to(package_dir.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("package", [CORE, *PLUGIN_PACKAGES], ids=lambda p: p.name)
+def test_own_modules_are_imported_by_import_statements(package):
+    found = imports_by_name(package)
+    assert not found, ("import these with an import statement (inside the function if it must stay deferred), "
+                       "so the import graph sees the edge:\n    " + "\n    ".join(found))
+
+
+def test_the_checker_sees_an_import_by_name(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "import importlib\n"
+        "def f(name):\n"
+        "    importlib.import_module('pkg.b')\n"
+        "    importlib.import_module(f'pkg.{name}')\n"
+        "    __import__('pkg')\n"
+        "    importlib.import_module('.b', 'pkg')\n"
+        "    importlib.import_module('lightning')\n"  # a third-party module: allowed
+        "    importlib.import_module(f'torch.{name}')\n"  # likewise
+    )
+    assert [line.split(": ", 1)[0] for line in imports_by_name(pkg)] == [f"pkg{os.sep}a.py:{n}" for n in (3, 4, 5, 6)]
+
+
 # -- the layers of docs/architecture.md ---------------------------------------------------------------
 
 DOC = ROOT / "docs" / "architecture.md"
@@ -239,6 +300,30 @@ def test_imports_never_climb_a_layer():
                 where = "" if target in top[source] else " (inside a function)"
                 climbing.append(f"{source} ({layers[low][0]}) -> {target} ({layers[high][0]}){where}")
     assert not climbing, "imports going up the layers of docs/architecture.md:\n    " + "\n    ".join(climbing)
+
+
+def type_only_imports(package_dir: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports under ``if TYPE_CHECKING:`` (names for annotations)."""
+    known = _modules(package_dir)
+    found: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        for block in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if _is_type_checking(block):
+                for node in ast.walk(block):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        found[module] |= _targets(module, path.name == "__init__.py", node, known)
+    return found
+
+
+def test_names_used_only_in_annotations_never_climb_a_layer():
+    """A layer's API speaks of nothing above it, not even in a type annotation (the hooks once returned
+    ``Integration``, a class of the translation layer)."""
+    layers = layer_map()
+    climbing = [f"{source} ({layers[low][0]}) -> {target} ({layers[high][0]})"
+                for source, targets in type_only_imports(CORE).items() for target in sorted(targets)
+                if (low := _layer_of(source, layers)) is not None and (high := _layer_of(target, layers)) is not None
+                and high > low]
+    assert not climbing, "TYPE_CHECKING imports going up the layers of docs/architecture.md:\n    " + "\n    ".join(climbing)
 
 
 # -- the project stands on its own files ---------------------------------------------------------------

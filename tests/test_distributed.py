@@ -78,11 +78,11 @@ def _as_target(monkeypatch, device_type, engine, count=2):
     """Point the installed translation at another backend's shape (no such hardware needed)."""
     from torchdevice.translate import SOURCE_TYPES, Target
 
-    target = Target("fake-" + device_type, device_type, count,
-                    frozenset(t for t in SOURCE_TYPES if t != device_type), True)
+    target = Target("fake-" + device_type, device_type, count, None, None, None, None,  # type: ignore[arg-type]
+                    sources=frozenset(t for t in SOURCE_TYPES if t != device_type))
     monkeypatch.setattr(tddist._state, "target", target)
     monkeypatch.setattr(tddist._state, "engine", engine)
-    monkeypatch.setattr(tddist._state, "backend_name", target.backend)
+    monkeypatch.setattr(tddist._state, "backend_name", target.name)
     monkeypatch.setattr(tddist._state, "foreign",
                         frozenset(tddist._foreign_engines(device_type, target.sources)))
 

@@ -25,7 +25,7 @@ class FakeIntegration(integrations.Integration):
         self.calls: list[tuple[str, str]] = []
 
     def install(self, patcher, target, module):
-        self.calls.append((module.__name__, target.backend))
+        self.calls.append((module.__name__, target.name))
         if self.fail:
             raise RuntimeError("integration broke")
         patcher.set(module.Device, "check", lambda self, device: "adapted")

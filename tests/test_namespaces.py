@@ -1,6 +1,7 @@
 """torch.cuda / torch.mps / torch.xpu / torch.mtia fronting the active backend (torchdevice.namespaces)."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import warnings
@@ -99,15 +100,15 @@ def test_amp_is_left_alone(on_target):
 def test_only_source_namespaces_are_fronted(on_target):
     """A namespace of the target's own type is torch's own: untouched, hence native."""
     target = translate.make_target()
-    only_mps = translate.Target(target.backend, target.device_type, target.device_count, frozenset({"mps"}), True)
+    only_mps = dataclasses.replace(target, sources=frozenset({"mps"}))
     cuda_before, mps_before = dict(vars(torch.cuda)), dict(vars(torch.mps))
     p = Patcher()
     namespaces.install(p, only_mps)
     try:
         assert all(vars(torch.cuda)[k] is v for k, v in cuda_before.items())
         assert torch.mps.synchronize is not mps_before["synchronize"]
-        view = namespaces.View("fake", "cuda", None, None, None)
-        assert namespaces.status(view, "cuda", "memory_allocated")[0] is Status.NATIVE
+        on_cuda = translate.Target("fake", "cuda", 1, None, None, None, None)
+        assert namespaces.status(on_cuda, "cuda", "memory_allocated")[0] is Status.NATIVE
     finally:
         p.restore()
 
@@ -584,7 +585,7 @@ def test_nccl_version_is_the_engines_where_it_has_one(on_cpu, restore_rng):
     torchdevice.use("versioned")
     with torchdevice.patched():
         assert torch.cuda.nccl.version() == (2, 21, 5)
-    assert namespaces.api_status(namespaces.View("versioned", "cpu", None, None, None, VersionedCollectives("v")),
+    assert namespaces.api_status(translate.Target("versioned", "cpu", 1, None, None, None, VersionedCollectives("v")),
                                  "torch.cuda.nccl.version") == (Status.TRANSLATED, "the ccl library's version")
 
 
@@ -601,7 +602,7 @@ def test_wrappers_carry_their_status(patched, target):
 def test_fronted_names_exist_in_torch():
     for ns in namespaces.NAMESPACES:
         for api in namespaces.fronted(ns):
-            assert namespaces.api_status(namespaces.View("cpu", "cpu", None, None, None), api) is not None, api
+            assert namespaces.api_status(translate.Target("cpu", "cpu", 1, None, None, None, None), api) is not None, api
 
 
 def test_switching_backend_reinstalls(on_cpu):

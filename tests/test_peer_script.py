@@ -30,6 +30,18 @@ def test_a_native_pass_that_does_not_pass_translated_is_a_regression(peer):
     assert peer.compare(native, dict(native))[0] == []
 
 
+def test_a_run_where_nothing_passed_natively_proves_nothing(peer):
+    assert peer.proves_nothing({"a": "failed", "b": "skipped"}) is not None
+    assert peer.proves_nothing({}) is not None
+    assert peer.proves_nothing({"a": "failed", "b": "passed"}) is None
+
+
+def test_a_side_that_wrote_no_report_stops_the_run(peer, tmp_path, monkeypatch):
+    monkeypatch.setattr(peer.subprocess, "run", lambda *a, **k: None)  # pytest "crashed": no XML written
+    with pytest.raises(SystemExit, match="native run wrote no report"):
+        peer.run_side("python", tmp_path, False, "cpu", [])
+
+
 def test_junit_outcomes_keep_the_worst_report_of_a_test(peer, tmp_path):
     xml = tmp_path / "r.xml"
     xml.write_text(

@@ -219,7 +219,7 @@ def test_resolution_failures_are_reported_in_full(router_state):
     assert ("torchdevice_device_count", reasons["empty"]) in _problems("empty")
     assert [r.name for r in torchdevice.backends() if r.selected] == ["alpha"]
     active = router.active()
-    assert (active.name, active.spec.priority, active.owner, active.device_count) == ("alpha", top + 5, "alpha", 1)
+    assert (active.name, active.priority, active.owner, active.device_count) == ("alpha", top + 5, "alpha", 1)
     # asked for by name, the failure is the error, naming where the choice came from
     router_state.setenv("TORCHDEVICE_BACKEND", "empty")
     with pytest.raises(BackendUnavailableError) as info:

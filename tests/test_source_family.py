@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -102,7 +103,8 @@ def test_bad_source_is_an_error_naming_the_value_and_the_valid_ones(unpatched, m
 def test_the_targets_own_namespace_stays_native(on_cpu):
     """On a cuda-typed target torch.cuda is torch's own; the fronted families do not claim a device."""
     target = translate.make_target()
-    on_cuda = translate.Target(target.backend, "cuda", 1, frozenset({"mps", "xpu", "mtia"}), True, "cuda")
+    on_cuda = dataclasses.replace(target, device_type="cuda", device_count=1, sources=frozenset({"mps", "xpu", "mtia"}),
+                                  report_available=True, source="cuda")
     cuda_before = dict(vars(torch.cuda))
     p = Patcher()
     namespaces.install(p, on_cuda)
@@ -112,7 +114,7 @@ def test_the_targets_own_namespace_stays_native(on_cpu):
             assert getattr(torch, ns).is_available() is False and getattr(torch, ns).device_count() == 0
     finally:
         p.restore()
-    as_mps = on_cuda._replace(source="mps")
+    as_mps = on_cuda.translating(report_available=True, source="mps")
     p = Patcher()
     namespaces.install(p, as_mps)
     try:
@@ -143,11 +145,11 @@ def _native_xccl() -> bool:
 
 
 def test_the_matrix_note_names_the_rule(on_cpu):
-    view = namespaces.View.of_active(router.active())
+    active = router.active()
     for ns in ("cuda", "mps"):
-        status, note = namespaces.status(view, ns, "is_available")
+        status, note = namespaces.status(active, ns, "is_available")
         assert f"{ns} is the source family" in note and "TORCHDEVICE_SOURCE" in note
-        status, note = namespaces.status(view, ns, "device_count")
+        status, note = namespaces.status(active, ns, "device_count")
         assert "not the source family" in note
 
 

@@ -65,13 +65,12 @@ def test_unpatch_restores_every_torch_attribute_by_identity(on_target):
 
 
 FRESH = """
-import copyreg, importlib, json, torch
+import copyreg, json, torch
 import torch.distributed, torch.nn, torch.utils.data
 import torchdevice
 from torchdevice import translate
 import test_unpatch as t
-for name in translate.INSTALLERS:  # what translation needs, imported but never installed
-    importlib.import_module(name)
+translate.installers()  # what translation needs, imported but never installed
 torchdevice.use("cpu")
 before, pickler = t._snapshot(), copyreg.dispatch_table.get(torch.device)
 torchdevice.patch()
@@ -148,9 +147,9 @@ def test_a_patch_that_fails_half_way_leaves_torch_untouched(on_target, target, m
     def broken(patcher, target):
         raise RuntimeError("installer failed half way")
 
-    monkeypatch.setattr(translate, "INSTALLERS", (*translate.INSTALLERS, "tests_broken_installer"))
-    monkeypatch.setitem(sys.modules, "tests_broken_installer", type(sys)("tests_broken_installer"))
-    sys.modules["tests_broken_installer"].install = broken
+    broken_installer = type(sys)("tests_broken_installer")
+    broken_installer.install = broken  # type: ignore[attr-defined]
+    monkeypatch.setattr(translate, "installers", lambda real=translate.installers: (*real(), broken_installer))
     try:
         try:
             torchdevice.patch()

@@ -10,7 +10,7 @@ maps the package's layers.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 __version__ = "1.0.0"
 
@@ -96,7 +96,7 @@ def problems() -> list:
     return list(plugins.problems)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # Stream and Event are the active backend's classes; looked up, not cached, so use() switches them.
     if name in ("Stream", "Event"):
         return getattr(_router.active().streams, name)

@@ -4,27 +4,29 @@ backend uses (compiling them cost a millisecond or two of every activation). Wri
 :data:`MADE`, renamed.
 """
 
-from typing import Callable
+from __future__ import annotations
+
+from typing import Any, Callable
 
 
-def make_0(_getframe, _internal, _real, _translated):
-    def function():
+def make_0(_getframe: Any, _internal: Any, _real: Any, _translated: Any) -> Callable[..., object]:
+    def function() -> object:
         if _internal(_getframe(1).f_code.co_filename):
             return _real()
         return _translated()
     return function
 
 
-def make_1(_getframe, _internal, _real, _translated):
-    def function(_a0):
+def make_1(_getframe: Any, _internal: Any, _real: Any, _translated: Any) -> Callable[..., object]:
+    def function(_a0: object) -> object:
         if _internal(_getframe(1).f_code.co_filename):
             return _real(_a0)
         return _translated(_a0)
     return function
 
 
-def make_2(_trace, api, how, impl, _RENAMED, _rename):
-    def function():
+def make_2(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function() -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -35,8 +37,8 @@ def make_2(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_3(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0):
+def make_3(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -47,8 +49,8 @@ def make_3(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_4(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0, *_a1, **_a2):
+def make_4(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object, *_a1: object, **_a2: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -59,8 +61,8 @@ def make_4(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_5(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0, _a1):
+def make_5(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object, _a1: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -71,8 +73,8 @@ def make_5(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_6(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0, _a1, *, out):
+def make_6(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object, _a1: object, *, out: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -83,8 +85,8 @@ def make_6(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_7(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0, _a1, _a2):
+def make_7(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object, _a1: object, _a2: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -95,8 +97,8 @@ def make_7(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_8(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0, _a1, _a2, *, out):
+def make_8(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object, _a1: object, _a2: object, *, out: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -107,8 +109,8 @@ def make_8(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_9(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0, _a1, _a2, _a3, _a4):
+def make_9(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object, _a1: object, _a2: object, _a3: object, _a4: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -119,8 +121,8 @@ def make_9(_trace, api, how, impl, _RENAMED, _rename):
     return function
 
 
-def make_10(_trace, api, how, impl, _RENAMED, _rename):
-    def function(_a0, _a1, _a2, _a3, _a4, *, out):
+def make_10(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:
+    def function(_a0: object, _a1: object, _a2: object, _a3: object, _a4: object, *, out: object) -> object:
         if _trace.active:
             _trace.note(api, how)
         try:
@@ -132,16 +134,16 @@ def make_10(_trace, api, how, impl, _RENAMED, _rename):
 
 
 #: the source forwarding.maker builds -> the function written from it
-MADE: dict[str, Callable] = {
-    'def make(_getframe, _internal, _real, _translated):\n    def function():\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real()\n        return _translated()\n    return function\n': make_0,
-    'def make(_getframe, _internal, _real, _translated):\n    def function(_a0):\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(_a0)\n        return _translated(_a0)\n    return function\n': make_1,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function():\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl()\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_2,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_3,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, *_a1, **_a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, *_a1, **_a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_4,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_5,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_6,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_7,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_8,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_9,
-    'def make(_trace, api, how, impl, _RENAMED, _rename):\n    def function(_a0, _a1, _a2, _a3, _a4, *, out):\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_10,
+MADE: dict[str, Callable[..., Callable[..., object]]] = {
+    'def make(_getframe: Any, _internal: Any, _real: Any, _translated: Any) -> Callable[..., object]:\n    def function() -> object:\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real()\n        return _translated()\n    return function\n': make_0,
+    'def make(_getframe: Any, _internal: Any, _real: Any, _translated: Any) -> Callable[..., object]:\n    def function(_a0: object) -> object:\n        if _internal(_getframe(1).f_code.co_filename):\n            return _real(_a0)\n        return _translated(_a0)\n    return function\n': make_1,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function() -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl()\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_2,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_3,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object, *_a1: object, **_a2: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, *_a1, **_a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_4,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object, _a1: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_5,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object, _a1: object, *, out: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_6,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object, _a1: object, _a2: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_7,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object, _a1: object, _a2: object, *, out: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_8,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object, _a1: object, _a2: object, _a3: object, _a4: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_9,
+    'def make(_trace: Any, api: Any, how: Any, impl: Any, _RENAMED: Any, _rename: Any) -> Callable[..., object]:\n    def function(_a0: object, _a1: object, _a2: object, _a3: object, _a4: object, *, out: object) -> object:\n        if _trace.active:\n            _trace.note(api, how)\n        try:\n            return impl(_a0, _a1, _a2, _a3, _a4, out=out)\n        except _RENAMED as exc:\n            _rename(api, exc)\n            raise\n    return function\n': make_10,
 }

@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import torch
 import torch.amp.autocast_mode as _autocast_mode
@@ -61,6 +62,12 @@ import torch.cuda.amp as _cuda_amp
 
 from . import trace
 from .backend import STATUS_ATTR, Status
+
+if TYPE_CHECKING:
+    from ._patching import Patcher
+    from .translate import Target
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 ENV_AMP_DTYPE = "TORCHDEVICE_AMP_DTYPE"
 
@@ -101,7 +108,7 @@ def _supported_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
     return _FAST
 
 
-def _init_relocating_warnings(init, *args) -> None:
+def _init_relocating_warnings(init: Callable[..., None], *args: Any) -> None:
     """``init(*args)`` with the warnings it raises re-raised at the program's line (rare path only:
     ``catch_warnings`` swaps process-wide state)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -119,7 +126,7 @@ def _warn_unsupported_dtype(device_type: str, dtype: torch.dtype, backend: str, 
         "its tensors' own dtypes", UserWarning)
 
 
-def _tag(fn, status: Status, note: str):
+def _tag(fn: _F, status: Status, note: str) -> _F:
     setattr(fn, STATUS_ATTR, (status, note))
     return fn
 
@@ -133,7 +140,7 @@ def _known_to_torch(device_type: str) -> str:
     return device_type
 
 
-def status_for(target) -> dict[str, tuple[Status, str]]:
+def status_for(target: Target) -> dict[str, tuple[Status, str]]:
     """How each AMP API is honoured when translating to ``target`` (no patching needed)."""
     tt = target.device_type
     known = _known_to_torch(tt)
@@ -142,7 +149,7 @@ def status_for(target) -> dict[str, tuple[Status, str]]:
     if available:
         ac = (Status.TRANSLATED, f"runs torch.autocast({tt!r}); no dtype given -> {default}, an explicit dtype is kept")
     else:
-        ac = (Status.UNSUPPORTED, f"backend {target.backend!r} ({tt}) has no autocast: runs disabled, with a warning")
+        ac = (Status.UNSUPPORTED, f"backend {target.name!r} ({tt}) has no autocast: runs disabled, with a warning")
     gs = (Status.TRANSLATED, f"runs torch.amp.GradScaler({tt!r}): real loss scaling and inf/NaN checks")
     q = (Status.TRANSLATED, f"answers for device type {tt!r}")
     return {
@@ -167,39 +174,48 @@ def status_for(target) -> dict[str, tuple[Status, str]]:
     }
 
 
-def install(patcher, target) -> None:
-    """Patch torch's AMP entry points through ``patcher`` to run on ``target`` (see the module docstring)."""
-    sources = target.sources
-    tt = target.device_type
-    if not sources:
-        return
-    implicit = _implicit_dtype()
-    available = torch._C._is_autocast_available(tt)
-    STATUS.clear()
-    STATUS.update(status_for(target))
-    default_desc = str(implicit or (torch.get_autocast_dtype(tt) if available else None))
+class _Plan:
+    """What every AMP wrapper of one :func:`install` reads: the target and what its autocast can do."""
 
-    def _src(device_type) -> bool:
-        return device_type.__class__ is str and device_type.partition(":")[0] in sources
+    def __init__(self, target: Target) -> None:
+        self.sources = target.sources
+        self.device_type = tt = target.device_type
+        self.backend = target.name
+        self.implicit = _implicit_dtype()
+        self.available = torch._C._is_autocast_available(tt)
+        self.supported = _supported_dtypes(tt) if self.available else ()
+        #: the no-argument forms (``torch.is_autocast_enabled()``, the ``*_gpu_dtype`` pair) mean CUDA
+        self.legacy_gpu = "cuda" in self.sources
+        default = self.implicit or (torch.get_autocast_dtype(tt) if self.available else None)
+        self.autocast_how = (
+            f"translated: torch.autocast({tt!r}), default dtype {default}" if self.available
+            else f"unsupported: backend {target.name!r} has no autocast; runs disabled")
+        self.scaler_how = f"translated: torch.amp.GradScaler({tt!r}), real loss scaling"
+        self.query_how = f"translated: answers for device type {tt!r}"
+        self._warned = False  # the one "no autocast" warning of this install
 
-    # -- autocast ------------------------------------------------------------------
-    autocast_cls = _autocast_mode.autocast
-    base_init = autocast_cls.__init__
-    ac_how = (
-        f"translated: torch.autocast({tt!r}), default dtype {default_desc}" if available
-        else f"unsupported: backend {target.backend!r} has no autocast; runs disabled"
-    )
-    warned: list[bool] = []
+    def is_source(self, device_type: Any) -> bool:
+        """Whether ``device_type`` (a str, ``"cuda:1"`` included) is one of the translated source types."""
+        return device_type.__class__ is str and device_type.partition(":")[0] in self.sources
 
-    supported = _supported_dtypes(tt) if available else ()
+    def mapped(self, api: str, device_type: Any) -> Any:
+        """``device_type``, or the target's device type for a source type (noted as ``api`` when tracing)."""
+        if self.is_source(device_type):
+            if trace.active:
+                trace.note(api, self.query_how)
+            return self.device_type
+        return device_type
 
-    def _target_args(device_type, dtype, enabled):
-        if not available:
-            if enabled and not warned:
-                warned.append(True)
+    def autocast_args(self, device_type: str, dtype: torch.dtype | None,
+                      enabled: bool) -> tuple[str, torch.dtype | None, bool]:
+        """``(device_type, dtype, enabled)`` for torch's autocast of a region written for source ``device_type``."""
+        tt = self.device_type
+        if not self.available:
+            if enabled and not self._warned:
+                self._warned = True
                 trace.warn(
                     f"torchdevice: autocast({device_type!r}) runs disabled: the active backend "
-                    f"{target.backend!r} ({tt}) has no autocast; the program computes in full precision",
+                    f"{self.backend!r} ({tt}) has no autocast; the program computes in full precision",
                     RuntimeWarning,
                 )
             return device_type, dtype, False
@@ -208,19 +224,56 @@ def install(patcher, target) -> None:
             # turns itself off: the same numbers, so turn it off quietly
             return tt, dtype, False
         if dtype is None:
-            dtype = implicit
-        if enabled and dtype is not None and dtype not in supported:
+            dtype = self.implicit
+        if enabled and dtype is not None and dtype not in self.supported:
             # torch would warn from inside its autocast, located in this file: say it at the program's line
-            _warn_unsupported_dtype(device_type, dtype, target.backend, tt, supported)
+            _warn_unsupported_dtype(device_type, dtype, self.backend, tt, self.supported)
             return tt, dtype, False
         return tt, dtype, enabled
 
+
+def _set(patcher: Patcher, owner: object, name: str, fn: Callable[..., Any], api: str) -> None:
+    """``owner.name = fn`` through ``patcher``, ``fn`` tagged with the status of ``api``."""
+    patcher.set(owner, name, _tag(fn, *STATUS[api]))
+
+
+def install(patcher: Patcher, target: Target) -> None:
+    """Patch torch's AMP entry points through ``patcher`` to run on ``target`` (see the module docstring)."""
+    if not target.sources:
+        return
+    plan = _Plan(target)
+    STATUS.clear()
+    STATUS.update(status_for(target))
+    _install_autocast(patcher, plan)
+    _install_custom_fwd_bwd(patcher, plan)
+    _install_scalers(patcher, plan)
+    if plan.available:
+        _install_queries(patcher, plan)
+
+
+# -- autocast ------------------------------------------------------------------
+
+
+def _install_autocast(patcher: Patcher, plan: _Plan) -> None:
+    """``torch.autocast.__init__`` (every spelling: it is one class) and ``torch.cuda.amp.autocast.__init__``."""
+    base_init = _autocast_mode.autocast.__init__
+    _set(patcher, _autocast_mode.autocast, "__init__", _autocast_init(plan, base_init), "torch.autocast")
+    cuda_autocast = _cuda_amp.autocast
+    if plan.legacy_gpu and "__init__" in vars(cuda_autocast):
+        wrapper = _cuda_autocast_init(plan, base_init, vars(cuda_autocast)["__init__"])
+        _set(patcher, cuda_autocast, "__init__", wrapper, "torch.cuda.amp.autocast")
+
+
+def _autocast_init(plan: _Plan, base_init: Callable[..., None]) -> Callable[..., None]:
+    is_source, autocast_args, how = plan.is_source, plan.autocast_args, plan.autocast_how  # read once: every region
+
     @functools.wraps(base_init)
-    def autocast_init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
-        if _src(device_type):
+    def autocast_init(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True,
+                      cache_enabled: bool | None = None) -> None:
+        if is_source(device_type):
             if trace.active:
-                trace.note("torch.autocast", ac_how)
-            device_type, dtype, enabled = _target_args(device_type, dtype, enabled)
+                trace.note("torch.autocast", how)
+            device_type, dtype, enabled = autocast_args(device_type, dtype, enabled)
         elif enabled and dtype is not None and dtype not in _FAST and device_type != "cuda":
             # a device type not translated, with a dtype torch's autocast refuses: torch warns from the
             # frame above its __init__, which is now this wrapper; say it at the program's line instead
@@ -228,188 +281,237 @@ def install(patcher, target) -> None:
             return
         base_init(self, device_type, dtype, enabled, cache_enabled)
 
-    patcher.set(autocast_cls, "__init__", _tag(autocast_init, *STATUS["torch.autocast"]))
+    return autocast_init
 
-    cuda_autocast = _cuda_amp.autocast
-    if "cuda" in sources and "__init__" in vars(cuda_autocast):
-        cuda_how = ac_how.replace("translated:", "translated: torch.cuda.amp.autocast ->", 1)
 
-        @functools.wraps(vars(cuda_autocast)["__init__"])
-        def cuda_autocast_init(self, enabled=True, dtype=None, cache_enabled=True):
-            # dtype defaults to None (not CUDA's float16) so the target's default applies
-            if trace.active:
-                trace.note("torch.cuda.amp.autocast", cuda_how)
-            device_type, dtype, enabled = _target_args("cuda", dtype, enabled)
-            base_init(self, device_type, dtype, enabled, cache_enabled)
+def _cuda_autocast_init(plan: _Plan, base_init: Callable[..., None],
+                        cuda_init: Callable[..., None]) -> Callable[..., None]:
+    how = plan.autocast_how.replace("translated:", "translated: torch.cuda.amp.autocast ->", 1)
 
-        patcher.set(cuda_autocast, "__init__", _tag(cuda_autocast_init, *STATUS["torch.cuda.amp.autocast"]))
+    @functools.wraps(cuda_init)
+    def cuda_autocast_init(self: Any, enabled: bool = True, dtype: torch.dtype | None = None,
+                           cache_enabled: bool = True) -> None:
+        # dtype defaults to None (not CUDA's float16) so the target's default applies
+        if trace.active:
+            trace.note("torch.cuda.amp.autocast", how)
+        device_type, dtype, enabled = plan.autocast_args("cuda", dtype, enabled)
+        base_init(self, device_type, dtype, enabled, cache_enabled)
 
-    # custom_fwd / custom_bwd take the device type when decorating: map it there.
-    orig_fwd, orig_bwd = _autocast_mode.custom_fwd, _autocast_mode.custom_bwd
+    return cuda_autocast_init
 
-    @functools.wraps(orig_fwd)
-    def custom_fwd(fwd=None, *, device_type, cast_inputs=None):
-        if _src(device_type) and available:
-            if trace.active:
-                trace.note("torch.amp.custom_fwd", ac_how)
-            device_type = tt
-        return orig_fwd(fwd, device_type=device_type, cast_inputs=cast_inputs)
 
-    @functools.wraps(orig_bwd)
-    def custom_bwd(bwd=None, *, device_type):
-        if _src(device_type) and available:
-            if trace.active:
-                trace.note("torch.amp.custom_bwd", ac_how)
-            device_type = tt
+def _install_custom_fwd_bwd(patcher: Patcher, plan: _Plan) -> None:
+    """``custom_fwd``/``custom_bwd`` take the device type when decorating: map it there."""
+    custom_fwd = _custom_fwd(plan, _autocast_mode.custom_fwd)
+    custom_bwd = _custom_bwd(plan, _autocast_mode.custom_bwd)
+    for module in (torch.amp, _autocast_mode):
+        _set(patcher, module, "custom_fwd", custom_fwd, "torch.amp.custom_fwd")
+        _set(patcher, module, "custom_bwd", custom_bwd, "torch.amp.custom_bwd")
+
+
+def _decorating_type(plan: _Plan, api: str, device_type: str) -> str:
+    """The device type a ``custom_fwd``/``custom_bwd`` decoration uses (the target's, for a source type)."""
+    if plan.is_source(device_type) and plan.available:
+        if trace.active:
+            trace.note(api, plan.autocast_how)
+        return plan.device_type
+    return device_type
+
+
+def _custom_fwd(plan: _Plan, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def custom_fwd(fwd: Callable[..., Any] | None = None, *, device_type: str,
+                   cast_inputs: torch.dtype | None = None) -> Any:
+        device_type = _decorating_type(plan, "torch.amp.custom_fwd", device_type)
+        return original(fwd, device_type=device_type, cast_inputs=cast_inputs)
+
+    return custom_fwd
+
+
+def _custom_bwd(plan: _Plan, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def custom_bwd(bwd: Callable[..., Any] | None = None, *, device_type: str) -> Any:
+        device_type = _decorating_type(plan, "torch.amp.custom_bwd", device_type)
         if bwd is None:
             return functools.partial(custom_bwd, device_type=device_type)
-        return orig_bwd(bwd, device_type=device_type)
+        return original(bwd, device_type=device_type)
 
-    for mod in (torch.amp, _autocast_mode):
-        patcher.set(mod, "custom_fwd", _tag(custom_fwd, *STATUS["torch.amp.custom_fwd"]))
-        patcher.set(mod, "custom_bwd", _tag(custom_bwd, *STATUS["torch.amp.custom_bwd"]))
+    return custom_bwd
 
-    # -- GradScaler ----------------------------------------------------------------
-    scaler_cls = _grad_scaler.GradScaler
-    scaler_init = scaler_cls.__init__
-    gs_how = f"translated: torch.amp.GradScaler({tt!r}), real loss scaling"
 
+# -- GradScaler ----------------------------------------------------------------
+
+
+def _install_scalers(patcher: Patcher, plan: _Plan) -> None:
+    """``torch.amp.GradScaler.__init__`` and ``torch.cuda.amp.GradScaler.__init__``."""
+    scaler_init = _grad_scaler.GradScaler.__init__
+    _set(patcher, _grad_scaler.GradScaler, "__init__", _scaler_init(plan, scaler_init), "torch.amp.GradScaler")
+    cuda_scaler = _cuda_amp.GradScaler
+    if plan.legacy_gpu and "__init__" in vars(cuda_scaler):
+        wrapper = _cuda_scaler_init(plan, scaler_init, vars(cuda_scaler)["__init__"])
+        _set(patcher, cuda_scaler, "__init__", wrapper, "torch.cuda.amp.GradScaler")
+
+
+def _scaler_init(plan: _Plan, scaler_init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(scaler_init)
-    def scaler_init_wrapper(self, device="cuda", init_scale=2.0**16, growth_factor=2.0,
-                            backoff_factor=0.5, growth_interval=2000, enabled=True):
-        if _src(device):
+    def scaler_init_wrapper(self: Any, device: str = "cuda", init_scale: float = 2.0**16, growth_factor: float = 2.0,
+                            backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True) -> None:
+        if plan.is_source(device):
             if trace.active:
-                trace.note("torch.amp.GradScaler", gs_how)
-            device = tt
+                trace.note("torch.amp.GradScaler", plan.scaler_how)
+            device = plan.device_type
         scaler_init(self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
 
-    patcher.set(scaler_cls, "__init__", _tag(scaler_init_wrapper, *STATUS["torch.amp.GradScaler"]))
-
-    cuda_scaler = _cuda_amp.GradScaler
-    if "cuda" in sources and "__init__" in vars(cuda_scaler):
-        orig_cuda_scaler_init = vars(cuda_scaler)["__init__"]
-        deprecation = getattr(orig_cuda_scaler_init, "__deprecated__", None)
-        cuda_gs_how = gs_how.replace("translated:", "translated: torch.cuda.amp.GradScaler ->", 1)
-
-        @functools.wraps(orig_cuda_scaler_init)
-        def cuda_scaler_init(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
-                             growth_interval=2000, enabled=True):
-            if deprecation:  # what torch says on CUDA too
-                trace.warn(deprecation, FutureWarning)
-            if trace.active:
-                trace.note("torch.cuda.amp.GradScaler", cuda_gs_how)
-            scaler_init(self, tt, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
-
-        patcher.set(cuda_scaler, "__init__", _tag(cuda_scaler_init, *STATUS["torch.cuda.amp.GradScaler"]))
-
-    # -- state queries and setters -------------------------------------------------
-    if available:
-        _install_queries(patcher, target, _src, available)
+    return scaler_init_wrapper
 
 
-def _install_queries(patcher, target, _src, available) -> None:
-    tt = target.device_type
-    legacy_gpu = "cuda" in target.sources  # the no-argument forms mean CUDA
-    how = f"translated: answers for device type {tt!r}"
-    orig = {name: getattr(torch, name) for name in (
-        "is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype",
-        "get_autocast_gpu_dtype", "set_autocast_gpu_dtype",
-    )}
-    o_is, o_set, o_get, o_setd = (orig[n] for n in (
-        "is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype"))
+def _cuda_scaler_init(plan: _Plan, scaler_init: Callable[..., None],
+                      cuda_init: Callable[..., None]) -> Callable[..., None]:
+    deprecation = getattr(cuda_init, "__deprecated__", None)
+    how = plan.scaler_how.replace("translated:", "translated: torch.cuda.amp.GradScaler ->", 1)
+    tt = plan.device_type
 
-    def is_autocast_enabled(device_type=_NOARG):
+    @functools.wraps(cuda_init)
+    def cuda_scaler_init(self: Any, init_scale: float = 2.0**16, growth_factor: float = 2.0,
+                         backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True) -> None:
+        if deprecation:  # what torch says on CUDA too
+            trace.warn(deprecation, FutureWarning)
+        if trace.active:
+            trace.note("torch.cuda.amp.GradScaler", how)
+        scaler_init(self, tt, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+
+    return cuda_scaler_init
+
+
+# -- state queries and setters -------------------------------------------------
+
+def _install_queries(patcher: Patcher, plan: _Plan) -> None:
+    """The autocast state functions of ``torch`` and ``torch.amp.is_autocast_available`` (target with autocast)."""
+    original = {name: getattr(torch, name) for name in _QUERIES}
+    for name, make in _QUERIES.items():
+        if name.endswith("_gpu_dtype") and not plan.legacy_gpu:
+            continue
+        fn = make(plan, original)
+        fn.__name__ = fn.__qualname__ = name
+        _set(patcher, torch, name, fn, f"torch.{name}")
+    available = _is_autocast_available(plan, _autocast_mode.is_autocast_available)
+    _set(patcher, torch.amp, "is_autocast_available", available, "torch.amp.is_autocast_available")
+    # autocast_mode's own global stays: autocast.__init__ calls it with the mapped type already.
+    if plan.legacy_gpu:
+        fn = _tag(amp_definitely_not_available, *STATUS["torch.cuda.amp.common.amp_definitely_not_available"])
+        patcher.set(_cuda_amp.common, "amp_definitely_not_available", fn)
+        if "amp_definitely_not_available" in vars(_cuda_amp):
+            patcher.set(_cuda_amp, "amp_definitely_not_available", fn)
+
+
+def amp_definitely_not_available() -> bool:
+    """False: autocast('cuda') runs on the translation target (torchdevice)."""
+    return False
+
+
+_Originals = dict[str, Callable[..., Any]]
+
+
+def _is_autocast_enabled(plan: _Plan, original: _Originals) -> Callable[..., bool]:
+    is_enabled = original["is_autocast_enabled"]
+
+    def is_autocast_enabled(device_type: object = _NOARG) -> bool:
         """torch.is_autocast_enabled, with translated device types (torchdevice)."""
         if device_type is _NOARG:
-            if not legacy_gpu:
-                return o_is()
+            if not plan.legacy_gpu:
+                return is_enabled()
             device_type = "cuda"
-        if _src(device_type):
-            if trace.active:
-                trace.note("torch.is_autocast_enabled", how)
-            device_type = tt
-        return o_is(device_type)
+        return is_enabled(plan.mapped("torch.is_autocast_enabled", device_type))
 
-    def set_autocast_enabled(*args, **kwargs):
+    return is_autocast_enabled
+
+
+def _enabled_arguments(legacy_gpu: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+    """``(device_type, enabled)`` of a call of ``torch.set_autocast_enabled``; None for a call torch
+    takes as it is (the legacy one-argument form off CUDA) or refuses (wrong arguments: torch's own error)."""
+    try:
+        if len(args) + len(kwargs) == 1 and "device_type" not in kwargs:
+            if not legacy_gpu:  # the legacy form set_autocast_enabled(enabled) means CUDA
+                return None
+            return "cuda", (args[0] if args else kwargs["enabled"])
+        return (args[0] if args else kwargs["device_type"]), (args[1] if len(args) > 1 else kwargs["enabled"])
+    except (IndexError, KeyError):
+        return None
+
+
+def _set_autocast_enabled(plan: _Plan, original: _Originals) -> Callable[..., None]:
+    set_enabled = original["set_autocast_enabled"]
+
+    def set_autocast_enabled(*args: Any, **kwargs: Any) -> None:
         """torch.set_autocast_enabled, with translated device types (torchdevice)."""
-        try:
-            if len(args) + len(kwargs) == 1 and "device_type" not in kwargs:
-                if not legacy_gpu:  # the legacy form set_autocast_enabled(enabled) means CUDA
-                    return o_set(*args, **kwargs)
-                device_type, enabled = "cuda", (args[0] if args else kwargs["enabled"])
-            else:
-                device_type = args[0] if args else kwargs["device_type"]
-                enabled = args[1] if len(args) > 1 else kwargs["enabled"]
-        except (IndexError, KeyError):
-            return o_set(*args, **kwargs)  # torch's own error for bad arguments
-        if _src(device_type):
-            if trace.active:
-                trace.note("torch.set_autocast_enabled", how)
-            device_type = tt
-        return o_set(device_type, enabled)
+        found = _enabled_arguments(plan.legacy_gpu, args, kwargs)
+        if found is None:
+            return set_enabled(*args, **kwargs)
+        device_type, enabled = found
+        return set_enabled(plan.mapped("torch.set_autocast_enabled", device_type), enabled)
 
-    def get_autocast_dtype(device_type):
+    return set_autocast_enabled
+
+
+def _get_autocast_dtype(plan: _Plan, original: _Originals) -> Callable[..., torch.dtype]:
+    get_dtype = original["get_autocast_dtype"]
+
+    def get_autocast_dtype(device_type: str) -> torch.dtype:
         """torch.get_autocast_dtype, with translated device types (torchdevice)."""
-        if _src(device_type):
-            if trace.active:
-                trace.note("torch.get_autocast_dtype", how)
-            device_type = tt
-        return o_get(device_type)
+        return get_dtype(plan.mapped("torch.get_autocast_dtype", device_type))
 
-    def set_autocast_dtype(device_type, dtype):
+    return get_autocast_dtype
+
+
+def _set_autocast_dtype(plan: _Plan, original: _Originals) -> Callable[..., None]:
+    set_dtype = original["set_autocast_dtype"]
+
+    def set_autocast_dtype(device_type: str, dtype: torch.dtype) -> None:
         """torch.set_autocast_dtype, with translated device types (torchdevice)."""
-        if _src(device_type):
-            if trace.active:
-                trace.note("torch.set_autocast_dtype", how)
-            device_type = tt
-        return o_setd(device_type, dtype)
+        return set_dtype(plan.mapped("torch.set_autocast_dtype", device_type), dtype)
 
-    def get_autocast_gpu_dtype():
+    return set_autocast_dtype
+
+
+def _get_autocast_gpu_dtype(plan: _Plan, original: _Originals) -> Callable[..., torch.dtype]:
+    get_dtype, tt = original["get_autocast_dtype"], plan.device_type
+
+    def get_autocast_gpu_dtype() -> torch.dtype:
         """torch.get_autocast_gpu_dtype (CUDA's autocast dtype), translated (torchdevice)."""
         if trace.active:
-            trace.note("torch.get_autocast_gpu_dtype", how)
-        return o_get(tt)
+            trace.note("torch.get_autocast_gpu_dtype", plan.query_how)
+        return get_dtype(tt)
 
-    def set_autocast_gpu_dtype(dtype):
+    return get_autocast_gpu_dtype
+
+
+def _set_autocast_gpu_dtype(plan: _Plan, original: _Originals) -> Callable[..., None]:
+    set_dtype, tt = original["set_autocast_dtype"], plan.device_type
+
+    def set_autocast_gpu_dtype(dtype: torch.dtype) -> None:
         """torch.set_autocast_gpu_dtype (CUDA's autocast dtype), translated (torchdevice)."""
         if trace.active:
-            trace.note("torch.set_autocast_gpu_dtype", how)
-        return o_setd(tt, dtype)
+            trace.note("torch.set_autocast_gpu_dtype", plan.query_how)
+        return set_dtype(tt, dtype)
 
-    o_avail = _autocast_mode.is_autocast_available
+    return set_autocast_gpu_dtype
 
-    @functools.wraps(o_avail)
+
+#: ``torch``'s autocast state functions -> the maker of each one's translated form; the ``*_gpu_dtype``
+#: pair (CUDA's dtype, no device argument) is patched only where CUDA is a source type
+_QUERIES: dict[str, Callable[[_Plan, _Originals], Callable[..., Any]]] = {
+    "is_autocast_enabled": _is_autocast_enabled,
+    "set_autocast_enabled": _set_autocast_enabled,
+    "get_autocast_dtype": _get_autocast_dtype,
+    "set_autocast_dtype": _set_autocast_dtype,
+    "get_autocast_gpu_dtype": _get_autocast_gpu_dtype,
+    "set_autocast_gpu_dtype": _set_autocast_gpu_dtype,
+}
+
+
+def _is_autocast_available(plan: _Plan, original: Callable[[str], bool]) -> Callable[[str], bool]:
+    @functools.wraps(original)
     def is_autocast_available(device_type: str) -> bool:
-        if _src(device_type):
-            if trace.active:
-                trace.note("torch.amp.is_autocast_available", how)
-            device_type = tt
-        return o_avail(device_type)
+        return original(plan.mapped("torch.amp.is_autocast_available", device_type))
 
-    new = {
-        "is_autocast_enabled": is_autocast_enabled,
-        "set_autocast_enabled": set_autocast_enabled,
-        "get_autocast_dtype": get_autocast_dtype,
-        "set_autocast_dtype": set_autocast_dtype,
-    }
-    if legacy_gpu:
-        new["get_autocast_gpu_dtype"] = get_autocast_gpu_dtype
-        new["set_autocast_gpu_dtype"] = set_autocast_gpu_dtype
-    for name, fn in new.items():
-        fn.__name__ = fn.__qualname__ = name
-        patcher.set(torch, name, _tag(fn, *STATUS[f"torch.{name}"]))
-    _tag(is_autocast_available, *STATUS["torch.amp.is_autocast_available"])
-    patcher.set(torch.amp, "is_autocast_available", is_autocast_available)
-    # autocast_mode's own global stays: autocast.__init__ calls it with the mapped type already.
-
-    if legacy_gpu and available:
-        common = _cuda_amp.common
-
-        def amp_definitely_not_available() -> bool:
-            """False: autocast('cuda') runs on the translation target (torchdevice)."""
-            return False
-
-        _tag(amp_definitely_not_available, *STATUS["torch.cuda.amp.common.amp_definitely_not_available"])
-        patcher.set(common, "amp_definitely_not_available", amp_definitely_not_available)
-        if "amp_definitely_not_available" in vars(_cuda_amp):
-            patcher.set(_cuda_amp, "amp_definitely_not_available", amp_definitely_not_available)
+    return is_autocast_available

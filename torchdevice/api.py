@@ -1,6 +1,6 @@
 """The device-agnostic API: ``torch.cuda``'s shape, routed to the active backend.
 
-Every function reads the cached :class:`~torchdevice.router.ActiveBackend`;
+Every function reads the cached :class:`~torchdevice.router.Target`;
 none calls a pluggy hook. A ``device`` argument may be ``None`` (the current
 device), an ``int``, a string such as ``"cuda:1"``, or a ``torch.device``; an
 index beyond the device count raises :class:`~torchdevice.errors.InvalidDeviceError`.

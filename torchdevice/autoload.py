@@ -32,6 +32,7 @@ that children answer ``is_available()`` and ``device_count()`` as the parent.
 from __future__ import annotations
 
 import os
+from typing import Mapping
 
 ENV_BACKEND = "TORCHDEVICE_BACKEND"
 ENV_AUTO = "TORCHDEVICE_AUTO"
@@ -44,7 +45,7 @@ _FALSE = ("0", "false", "no", "off")
 outcome: str = "not run"
 
 
-def wanted(environ=None) -> tuple[bool, str]:
+def wanted(environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
     """Whether the environment asks for translation at ``import torch``, and why."""
     env = os.environ if environ is None else environ
     backend = env.get(ENV_BACKEND, "").strip()
@@ -99,8 +100,8 @@ def hook() -> None:
         from . import router
 
         for note in router.passed_over():
-            _warn(f"automatic selection chose {target.backend!r} after passing over {note}")
-        outcome = f"on: {why}: translating {', '.join(sorted(target.sources))} to backend {target.backend!r} ({target.device_type})"
+            _warn(f"automatic selection chose {target.name!r} after passing over {note}")
+        outcome = f"on: {why}: translating {', '.join(sorted(target.sources))} to backend {target.name!r} ({target.device_type})"
         import logging
 
         logging.getLogger("torchdevice").info("zero-code activation %s", outcome[4:])

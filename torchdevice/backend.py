@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, TypeVar, cast
+from typing import Any, Callable, ClassVar, NoReturn, TypeVar, cast
 
 import torch
 
@@ -154,7 +154,7 @@ def unsupported_by_default(fn: _Op) -> _Op:
     op = fn.__name__
 
     @functools.wraps(fn)
-    def operation(self, *args, **kwargs):
+    def operation(self: Ops, *args: object, **kwargs: object) -> NoReturn:
         raise UnsupportedError(op, self.backend)
 
     setattr(operation, STATUS_ATTR, (Status.UNSUPPORTED, ""))
@@ -181,7 +181,7 @@ class Ops:
     #: a plugin leaving one unsupported need not declare it among its holes (``NamespaceContract.unsupported_ops``).
     opt_in: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str) -> None:
         self.backend = backend
 
     @classmethod
@@ -614,35 +614,35 @@ class Backend:
 
     # -- the hooks -------------------------------------------------------------
     @hookimpl
-    def torchdevice_backends(self):
+    def torchdevice_backends(self) -> list[BackendSpec]:
         return [self.spec()]
 
     @hookimpl
-    def torchdevice_availability(self, name):
+    def torchdevice_availability(self, name: str) -> Availability | None:
         return self.availability() if name == self.name else None
 
     @hookimpl
-    def torchdevice_device_count(self, name):
+    def torchdevice_device_count(self, name: str) -> int | None:
         return self.device_count() if name == self.name else None
 
     @hookimpl
-    def torchdevice_device_properties(self, name, index):
+    def torchdevice_device_properties(self, name: str, index: int) -> DeviceProperties | None:
         return self.device_properties(index) if name == self.name else None
 
     @hookimpl
-    def torchdevice_memory(self, name):
+    def torchdevice_memory(self, name: str) -> MemoryOps | None:
         return self.memory() if name == self.name else None
 
     @hookimpl
-    def torchdevice_streams(self, name):
+    def torchdevice_streams(self, name: str) -> StreamOps | None:
         return self.streams() if name == self.name else None
 
     @hookimpl
-    def torchdevice_rng(self, name):
+    def torchdevice_rng(self, name: str) -> RNGOps | None:
         return self.rng() if name == self.name else None
 
     @hookimpl
-    def torchdevice_collectives(self, name):
+    def torchdevice_collectives(self, name: str) -> CollectiveOps | None:
         return self.collectives() if name == self.name else None
 
     def __repr__(self) -> str:

@@ -36,15 +36,22 @@ file and cached, so a call costs one frame lookup and one dict lookup.
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import os
 import sys
 import threading
-from typing import Any, Callable
+import types
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import torch
 
 from .forwarding import maker, shape_of
+from .importhooks import WrappedLoader, WrappingFinder
+
+if TYPE_CHECKING:
+    from ._patching import Patcher
+    from .translate import Target
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
@@ -87,7 +94,7 @@ _SPLIT = """\
 _SPLIT_NAMES = ("_getframe", "_internal", "_real", "_translated")
 
 
-def split(translated: Callable, real: Callable) -> Callable:
+def split(translated: Callable[..., Any], real: Callable[..., Any]) -> Callable[..., Any]:
     """``translated`` for the program, ``real`` for torch's own machinery (decided by the caller's file).
 
     The result takes exactly ``translated``'s parameters (generated code, no ``*args`` packing),
@@ -103,7 +110,7 @@ def split(translated: Callable, real: Callable) -> Callable:
     return answer
 
 
-class TorchImports(importlib.abc.MetaPathFinder):
+class TorchImports(WrappingFinder):
     """Import torch's own modules with torch unpatched (see the module docstring).
 
     Installed first on ``sys.meta_path`` while translating. It finds nothing itself: it asks
@@ -112,26 +119,17 @@ class TorchImports(importlib.abc.MetaPathFinder):
     ``suspend()`` and ``resume()``.
     """
 
-    def __init__(self, patcher) -> None:
+    def __init__(self, patcher: Patcher) -> None:
+        super().__init__()
         self.patcher = patcher
         self._lock = threading.Lock()
         self._depth = 0
 
-    def find_spec(self, fullname: str, path=None, target=None):
-        if not fullname.startswith("torch."):
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _UnpatchedLoader(spec.loader, self)
-        return spec
+    def watches(self, fullname: str) -> bool:
+        return fullname.startswith("torch.")
+
+    def wrap(self, loader: Any) -> WrappedLoader:
+        return _UnpatchedLoader(loader, self)
 
     def enter(self) -> None:
         with self._lock:
@@ -149,29 +147,19 @@ class TorchImports(importlib.abc.MetaPathFinder):
                     self.patcher.resume()
 
 
-class _UnpatchedLoader:
+class _UnpatchedLoader(WrappedLoader):
     """A module's own loader, executing it inside :meth:`TorchImports.enter`/``leave``."""
 
-    def __init__(self, loader, imports: TorchImports) -> None:
-        self._loader = loader
+    def __init__(self, loader: Any, imports: TorchImports) -> None:
+        super().__init__(loader)
         self._imports = imports
 
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        # the module keeps its own loader, not this wrapper (inspect, importlib.resources)
-        module.__loader__ = self._loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._loader
+    def execute(self, module: types.ModuleType) -> None:
         self._imports.enter()
         try:
-            self._loader.exec_module(module)
+            self.loader.exec_module(module)
         finally:
             self._imports.leave()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
 
 
 #: torch caches filled lazily, on first use, from torch's attributes: module -> how to fill them.
@@ -199,7 +187,7 @@ def warm() -> None:
 _guard: TorchImports | None = None
 
 
-def install_imports(patcher) -> TorchImports:
+def install_imports(patcher: Patcher) -> TorchImports:
     """Put a :class:`TorchImports` for ``patcher`` first on ``sys.meta_path``; return it."""
     global _guard
     finder = _guard = TorchImports(patcher)
@@ -214,12 +202,12 @@ def uninstall_imports(finder: TorchImports | None) -> None:
         sys.meta_path.remove(finder)
 
 
-def unpatched(fn: Callable) -> Callable:
+def unpatched(fn: _F) -> _F:
     """``fn`` run with torch unpatched while translating: for torch machinery that runs no program
     code and reads torch's attributes by identity (inductor keys its lowerings by torch functions)."""
 
     @functools.wraps(fn)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         guard = _guard
         if guard is None:
             return fn(*args, **kwargs)
@@ -229,10 +217,10 @@ def unpatched(fn: Callable) -> Callable:
         finally:
             guard.leave()
 
-    return run
+    return run  # type: ignore[return-value]  # functools.wraps: fn's own signature
 
 
-def install(patcher, target) -> None:
+def install(patcher: Patcher, target: Target) -> None:
     """Run inductor unpatched: ``torch.compile``'s default backend compiles the graph dynamo
     captured (the program's code, already translated) with torch's own objects."""
     wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)

@@ -8,7 +8,7 @@ import sys
 from . import __version__
 
 
-def _info(args) -> int:
+def _info(args: argparse.Namespace) -> int:
     import torchdevice
 
     from .errors import TorchDeviceError

@@ -14,7 +14,8 @@ described there.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+import types
+from typing import Any, ClassVar, ContextManager, cast
 
 import torch
 from torch._utils import (
@@ -58,23 +59,23 @@ class DeviceComm(CollectiveOps):
     def _host_memory(self) -> bool:
         return self.device_type == "cpu"
 
-    def _device(self, index: int):
+    def _device(self, index: int | None) -> torch.device:
         if index == HOST or self.device_type == "cpu":
             return _Device("cpu")
         return _Device(self.device_type, index)
 
-    def _index_of(self, tensor) -> int | None:
+    def _index_of(self, tensor: torch.Tensor) -> int | None:
         """The backend device index ``tensor`` lives on; None for a tensor elsewhere (host memory)."""
         dev = tensor.device
         if dev.type != self.device_type:
             return None
         return 0 if dev.index is None else dev.index
 
-    def _aliases(self, tensor, index: int) -> bool:
+    def _aliases(self, tensor: torch.Tensor, index: int) -> bool:
         """Whether CUDA would return ``tensor`` itself for an output on device ``index``."""
         return not self._host_memory and self._index_of(tensor) == index
 
-    def _check_on_device(self, tensor, what: str, i: int) -> None:
+    def _check_on_device(self, tensor: torch.Tensor, what: str, i: int) -> None:
         if tensor.device.type != self.device_type:
             raise RuntimeError(
                 f"Expected all {what} tensors to be on torchdevice backend {self.backend!r} "
@@ -83,7 +84,8 @@ class DeviceComm(CollectiveOps):
 
     # -- broadcast
     @emulated("copies with Tensor.copy_ onto each listed device")
-    def broadcast(self, tensor, devices, out=None):
+    def broadcast(self, tensor: torch.Tensor, devices: list[int] | None,
+                  out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
         if out is not None:
             for i, o in enumerate(out):
                 self._check_on_device(o, "output", i)
@@ -96,7 +98,7 @@ class DeviceComm(CollectiveOps):
                 o.copy_(tensor)
             return out
         results = []
-        for d in devices:
+        for d in cast("list[int]", devices):  # given when out is not
             if self._aliases(tensor, d):
                 results.append(tensor)
             else:
@@ -104,7 +106,8 @@ class DeviceComm(CollectiveOps):
         return results
 
     @emulated("flattens into buffers of buffer_size bytes, copies them to each device, unflattens")
-    def broadcast_coalesced(self, tensors, devices, buffer_size=_DEFAULT_BUFFER):
+    def broadcast_coalesced(self, tensors: list[torch.Tensor], devices: list[int],
+                            buffer_size: int = _DEFAULT_BUFFER) -> list[list[torch.Tensor]]:
         if not devices:
             raise RuntimeError("Expected at least one device to broadcast to")
         first = devices[0]
@@ -130,7 +133,7 @@ class DeviceComm(CollectiveOps):
 
     # -- reduce
     @emulated("adds the inputs with torch (the last input on the destination first, then the others in order)")
-    def reduce_add(self, inputs, destination):
+    def reduce_add(self, inputs: list[torch.Tensor], destination: int) -> torch.Tensor:
         if not inputs:
             raise RuntimeError("reduce_add expects at least one input")
         size = inputs[0].size()
@@ -158,7 +161,8 @@ class DeviceComm(CollectiveOps):
         return result
 
     @emulated("flattens into buffers, adds them with reduce_add, unflattens")
-    def reduce_add_coalesced(self, inputs, destination, buffer_size=_DEFAULT_BUFFER):
+    def reduce_add_coalesced(self, inputs: list[list[torch.Tensor]], destination: int,
+                             buffer_size: int = _DEFAULT_BUFFER) -> tuple[torch.Tensor, ...]:
         dense: list[list] = [[] for _ in inputs]
         output = []
         ref_order = []
@@ -179,7 +183,7 @@ class DeviceComm(CollectiveOps):
         return tuple(_reorder_tensors_as(output, ref_order))
 
     # -- scatter / gather
-    def _stream_context(self, stream, index: int, i: int):
+    def _stream_context(self, stream: Any, index: int | None, i: int) -> ContextManager[object]:
         import contextlib
 
         if stream is None:
@@ -195,7 +199,9 @@ class DeviceComm(CollectiveOps):
         return stream if hasattr(stream, "__enter__") else contextlib.nullcontext()
 
     @emulated("splits with torch and copies each chunk onto its device")
-    def scatter(self, tensor, devices, chunk_sizes=None, dim=0, streams=None, out=None):
+    def scatter(self, tensor: torch.Tensor, devices: list[int] | None, chunk_sizes: list[int] | None = None,
+                dim: int = 0, streams: list[Any] | None = None,
+                out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
         if out is not None:
             return self._scatter_out(tensor, out, dim, streams)
         if not devices:
@@ -228,7 +234,8 @@ class DeviceComm(CollectiveOps):
                     chunks[i] = chunk.to(self._device(d), memory_format=torch.preserve_format)
         return tuple(chunks)
 
-    def _scatter_out(self, tensor, out, dim, streams):
+    def _scatter_out(self, tensor: torch.Tensor, out: list[torch.Tensor], dim: int,
+                     streams: list[Any] | None) -> tuple[torch.Tensor, ...]:
         if not out:
             raise RuntimeError("Expected at least one output tensor to scatter to")
         dim = dim % tensor.dim() if tensor.dim() else dim
@@ -257,7 +264,8 @@ class DeviceComm(CollectiveOps):
         return tuple(out)
 
     @emulated("copies each input into its slice of a new tensor on the destination")
-    def gather(self, tensors, dim=0, destination=None, out=None):
+    def gather(self, tensors: list[torch.Tensor], dim: int = 0, destination: int | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
         if not tensors:
             raise RuntimeError("Expected at least one tensor to gather from")
         first = tensors[0]
@@ -301,35 +309,41 @@ class NativeCUDAComm(CollectiveOps):
     device_type: ClassVar[str] = "cuda"
 
     @staticmethod
-    def _torch_comm():
+    def _torch_comm() -> types.ModuleType:
         import torch.nn.parallel.comm as comm  # torch's own module, never the translated torch.cuda.comm
 
         return comm
 
     @native("torch.cuda.comm.broadcast")
-    def broadcast(self, tensor, devices, out=None):
+    def broadcast(self, tensor: torch.Tensor, devices: list[int] | None,
+                  out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
         return self._torch_comm().broadcast(tensor, devices, out=out)
 
     @native("torch.cuda.comm.broadcast_coalesced")
-    def broadcast_coalesced(self, tensors, devices, buffer_size=_DEFAULT_BUFFER):
+    def broadcast_coalesced(self, tensors: list[torch.Tensor], devices: list[int],
+                            buffer_size: int = _DEFAULT_BUFFER) -> list[list[torch.Tensor]]:
         return self._torch_comm().broadcast_coalesced(tensors, devices, buffer_size)
 
     @native("torch.cuda.comm.reduce_add")
-    def reduce_add(self, inputs, destination):
+    def reduce_add(self, inputs: list[torch.Tensor], destination: int) -> torch.Tensor:
         return self._torch_comm().reduce_add(inputs, destination)
 
     @native("torch.cuda.comm.reduce_add_coalesced")
-    def reduce_add_coalesced(self, inputs, destination, buffer_size=_DEFAULT_BUFFER):
+    def reduce_add_coalesced(self, inputs: list[list[torch.Tensor]], destination: int,
+                             buffer_size: int = _DEFAULT_BUFFER) -> tuple[torch.Tensor, ...]:
         return self._torch_comm().reduce_add_coalesced(inputs, destination, buffer_size)
 
     @native("torch.cuda.comm.scatter")
-    def scatter(self, tensor, devices, chunk_sizes=None, dim=0, streams=None, out=None):
+    def scatter(self, tensor: torch.Tensor, devices: list[int] | None, chunk_sizes: list[int] | None = None,
+                dim: int = 0, streams: list[Any] | None = None,
+                out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
         if out is not None:
             return self._torch_comm().scatter(tensor, dim=dim, streams=streams, out=out)
         return self._torch_comm().scatter(tensor, devices, chunk_sizes, dim, streams)
 
     @native("torch.cuda.comm.gather")
-    def gather(self, tensors, dim=0, destination=None, out=None):
+    def gather(self, tensors: list[torch.Tensor], dim: int = 0, destination: int | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
         if out is not None:
             return self._torch_comm().gather(tensors, dim, out=out)
         return self._torch_comm().gather(tensors, dim, "cpu" if destination == HOST else destination)

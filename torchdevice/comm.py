@@ -42,6 +42,10 @@ honoured on the active backend.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
 from torch._utils import _handle_complex
 
 from . import router, trace
@@ -50,6 +54,11 @@ from .collectives import _DEFAULT_BUFFER, HOST, DeviceComm, NativeCUDAComm
 from .errors import InvalidDeviceError
 from .vocabulary import SOURCE_FAMILIES
 from .vocabulary import RealDevice as _Device
+
+if TYPE_CHECKING:
+    from torch.types import Device
+
+    from .router import Target
 
 __all__ = [
     "broadcast",
@@ -72,7 +81,7 @@ FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coale
 # -- resolving device arguments -----------------------------------------------------------
 
 
-def _resolve(device, backend, *, optional: bool = False, allow_host: bool = False) -> int:
+def _resolve(device: object, backend: Target, *, optional: bool = False, allow_host: bool = False) -> int:
     """Turn one device argument into a valid index of ``backend`` (or HOST).
 
     Follows ``torch._utils._get_device_index``: an int is an ordinal; a string
@@ -122,7 +131,7 @@ def _resolve(device, backend, *, optional: bool = False, allow_host: bool = Fals
     return index
 
 
-def _indices(devices, backend) -> list[int]:
+def _indices(devices: Iterable[object], backend: Target) -> list[int]:
     if isinstance(devices, (str, int, _Device)):
         raise TypeError(f"devices must be an iterable of devices, got {devices!r}")
     return [_resolve(d, backend) for d in devices]
@@ -131,7 +140,8 @@ def _indices(devices, backend) -> list[int]:
 # -- the public functions (torch.cuda.comm's signatures) -------------------------------------
 
 
-def broadcast(tensor, devices=None, *, out=None):
+def broadcast(tensor: torch.Tensor, devices: Iterable[Device] | None = None, *,
+              out: Iterable[torch.Tensor] | None = None) -> list[torch.Tensor]:
     """Broadcast ``tensor`` to ``devices``; or copy it into each of ``out``.
 
     Exactly one of ``devices`` and ``out`` must be given. Returns a list with
@@ -150,10 +160,11 @@ def broadcast(tensor, devices=None, *, out=None):
         )
     if devices is not None:
         return backend.collectives.broadcast(tensor, _indices(devices, backend), None)
-    return backend.collectives.broadcast(tensor, None, list(out))
+    return backend.collectives.broadcast(tensor, None, list(cast("Iterable[torch.Tensor]", out)))  # out given
 
 
-def broadcast_coalesced(tensors, devices, buffer_size=_DEFAULT_BUFFER):
+def broadcast_coalesced(tensors: Iterable[torch.Tensor], devices: Iterable[Device],
+                        buffer_size: int = _DEFAULT_BUFFER) -> list[list[torch.Tensor]]:
     """Broadcast a sequence of tensors, all on ``devices[0]``, to ``devices``.
 
     Small tensors are packed into buffers of at most ``buffer_size`` bytes.
@@ -166,7 +177,7 @@ def broadcast_coalesced(tensors, devices, buffer_size=_DEFAULT_BUFFER):
     return backend.collectives.broadcast_coalesced(tensors, indices, int(buffer_size))
 
 
-def reduce_add(inputs, destination=None):
+def reduce_add(inputs: Iterable[torch.Tensor], destination: Device = None) -> torch.Tensor:
     """Sum ``inputs`` (same shape) element-wise onto ``destination`` (default: current device).
 
     As in CUDA, ``destination`` must be the device of one of the inputs; the
@@ -177,7 +188,8 @@ def reduce_add(inputs, destination=None):
     return backend.collectives.reduce_add(list(inputs), dest)
 
 
-def reduce_add_coalesced(inputs, destination=None, buffer_size=_DEFAULT_BUFFER):
+def reduce_add_coalesced(inputs: Iterable[Iterable[torch.Tensor]], destination: Device = None,
+                         buffer_size: int = _DEFAULT_BUFFER) -> tuple[torch.Tensor, ...]:
     """Sum each group of tensors across devices, packing small ones into buffers.
 
     ``inputs`` is a sequence (one per device) of sequences of tensors.
@@ -188,7 +200,9 @@ def reduce_add_coalesced(inputs, destination=None, buffer_size=_DEFAULT_BUFFER):
     return backend.collectives.reduce_add_coalesced([list(i) for i in inputs], dest, int(buffer_size))
 
 
-def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=None):
+def scatter(tensor: torch.Tensor, devices: Iterable[Device] | None = None,
+            chunk_sizes: Iterable[int] | None = None, dim: int = 0, streams: list[Any] | None = None, *,
+            out: Iterable[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
     """Split ``tensor`` along ``dim`` and place the chunks on ``devices`` (or into ``out``).
 
     Without ``chunk_sizes`` the tensor is divided with ``Tensor.chunk`` (which
@@ -211,7 +225,8 @@ def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=
     return tuple(backend.collectives.scatter(tensor, None, None, int(dim), streams, list(out)))
 
 
-def gather(tensors, dim=0, destination=None, *, out=None):
+def gather(tensors: Iterable[torch.Tensor], dim: int = 0, destination: Device = None, *,
+           out: torch.Tensor | None = None) -> torch.Tensor:
     """Concatenate ``tensors`` along ``dim`` on ``destination`` (or into ``out``).
 
     ``destination`` may be a device, ``"cpu"`` (host memory), or ``-1``

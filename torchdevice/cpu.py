@@ -92,6 +92,7 @@ from .collectives import DeviceComm
 from .errors import SensorUnavailableError, UnsupportedError
 from .host import MallInfo2 as _MallInfo2  # the C allocator's readers, under the names the source chain,
 from .host import MallocZones as _MallocZones  # tests and benchmarks/bench_cpu_memory.py use
+from .memstats import NoPinnedHostMemory
 from .peak import INTERVAL as PEAK_INTERVAL
 from .peak import SampledPeak
 from .streams import HostStreamOps, host_device_count
@@ -200,7 +201,7 @@ _source: object = None
 _source_name = ""
 
 
-def _allocation_counter():
+def _allocation_counter() -> object:
     """The first source of live-allocation bytes that opens here (opened once per process)."""
     global _source, _source_name
     with _source_lock:
@@ -226,7 +227,7 @@ def allocation_source() -> str:
     return _source_name
 
 
-class CPUMemory(MemoryOps):
+class CPUMemory(NoPinnedHostMemory, MemoryOps):
     """Host memory figures (see the module docstring); the live-allocation counter opens on creation."""
 
     def __init__(self, backend: str):
@@ -357,19 +358,6 @@ class CPUMemory(MemoryOps):
     @translated("'native': torch's own CPU allocator (there is no cudaMallocAsync)")
     def get_allocator_backend(self) -> str:
         return "native"
-
-    @translated("CUDA's pinned-allocator keys, all 0: a host target has no pinned host-memory allocator, so no "
-                "pinned blocks exist")
-    def host_memory_stats(self) -> dict:
-        return memstats.empty_host_stats()
-
-    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
-    def reset_accumulated_host_memory_stats(self) -> None:
-        return None
-
-    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
-    def reset_peak_host_memory_stats(self) -> None:
-        return None
 
     @emulated("percent (0-100) of the machine's CPU capacity (all logical CPUs) this process used since the "
               "previous call (the first: since the backend was made), from os.times()")

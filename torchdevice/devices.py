@@ -40,7 +40,8 @@ import copyreg
 import functools
 import operator
 import sys
-from typing import Any
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn
@@ -51,6 +52,14 @@ from . import trace
 from .boundary import in_torch
 from .errors import InvalidDeviceError
 from .vocabulary import RealDevice as _Device
+
+if TYPE_CHECKING:
+    from torch.types import Device
+
+    from ._patching import Patcher
+    from .translate import Target
+
+    _Fn = Callable[..., Any]  #: a torch function or method, and its wrapper
 
 _Generator = torch.Generator  # the real class, captured before any patch
 
@@ -70,11 +79,11 @@ TENSOR_NEW = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_ten
 # Caches hold and are asked only for arguments of these exact types: 1 == 1.0 == True ==
 # np.int64(1) hash alike, so a value-keyed lookup of another type would get another's answer.
 _CACHEABLE = frozenset({str, int, _Device})
-_cache: dict = {}  # device argument -> mapped real torch.device (or the argument itself)
-_device_cache: dict = {}  # torch.device(arg) -> the real torch.device it returns
-_translated: set = set()  # keys of _cache that were source devices (for tracing)
-_target = None
-_saved_pickler = None
+_cache: dict[object, object] = {}  # device argument -> mapped real torch.device (or the argument itself)
+_device_cache: dict[object, torch.device] = {}  # torch.device(arg) -> the real torch.device it returns
+_translated: set[object] = set()  # keys of _cache that were source devices (for tracing)
+_target: Target = None  # type: ignore[assignment]  # set by install(), before any mapping
+_saved_pickler: Callable[[Any], Any] | None = None
 #: The one device object a source device maps to on a non-indexed target (reset by install).
 host_target = _Device("cpu")
 
@@ -82,11 +91,11 @@ host_target = _Device("cpu")
 # -- mapping ---------------------------------------------------------------------------
 
 
-def _mapped_index(index):
+def _mapped_index(index: int | None) -> torch.device:
     """The real target device for source index ``index`` (None: the current device)."""
     t = _target
     if index is not None and not 0 <= index < t.device_count:
-        raise InvalidDeviceError(index, t.device_count, t.backend)
+        raise InvalidDeviceError(index, t.device_count, t.name)
     if not t.indexed:  # one object, so a backend can tell a translated device from a typed "cpu"
         return host_target
     return _Device(t.device_type) if index is None else _Device(t.device_type, index)
@@ -108,7 +117,7 @@ def ordinal(device: Any) -> int | None:
         return None
 
 
-def _map_ordinal(index: int):
+def _map_ordinal(index: int) -> torch.device:
     if index < 0:
         raise RuntimeError(f"Device index must not be negative, got {index}")  # as torch says
     if index >= 2**63:
@@ -116,7 +125,7 @@ def _map_ordinal(index: int):
     return _mapped_index(index)  # a bare ordinal means the accelerator's
 
 
-def _compute(device):
+def _compute(device: object) -> tuple[object, bool]:
     if isinstance(device, _Device):
         real = device
     elif isinstance(device, (str, bytes)):
@@ -131,7 +140,7 @@ def _compute(device):
     return real if isinstance(device, _Device) else device, False
 
 
-def map_device(device):
+def map_device(device: object) -> object:
     """Return ``device`` translated for the current target (unchanged when not a source device)."""
     cacheable = type(device) in _CACHEABLE
     if cacheable:
@@ -147,7 +156,7 @@ def map_device(device):
     return mapped
 
 
-def _note(device, api: str) -> None:
+def _note(device: object, api: str) -> None:
     try:
         if device in _translated:
             trace.note(api, "translated")
@@ -170,38 +179,38 @@ class _ProxyMeta(type):
 
     _real: type
 
-    def __instancecheck__(cls, obj):
+    def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, cls._real)
 
-    def __subclasscheck__(cls, sub):
+    def __subclasscheck__(cls, sub: type) -> bool:
         return issubclass(sub, cls._real)
 
-    def __or__(cls, other):
+    def __or__(cls, other: Any) -> Any:
         return cls._real | other
 
-    def __ror__(cls, other):
+    def __ror__(cls, other: Any) -> Any:
         return other | cls._real
 
-    def __getattr__(cls, name):
+    def __getattr__(cls, name: str) -> Any:
         return getattr(cls._real, name)
 
-    def __repr__(cls):
+    def __repr__(cls) -> str:
         return repr(cls._real)
 
     # torch code reading ``torch.device`` at run time compares it with the class it captured at
     # import (torch.fx: ``obj != torch.device``), which is torch's own (torchdevice.boundary)
-    def __eq__(cls, other):
+    def __eq__(cls, other: object) -> bool:
         return other is cls or other is cls._real
 
-    def __ne__(cls, other):
+    def __ne__(cls, other: object) -> bool:
         return not (other is cls or other is cls._real)
 
-    def __hash__(cls):
+    def __hash__(cls) -> int:
         return hash(cls._real)
 
 
 class _DeviceMeta(_ProxyMeta):
-    def __call__(cls, *args, **kwargs):
+    def __call__(cls, *args: Any, **kwargs: Any) -> torch.device:
         single = not kwargs and len(args) == 1
         if single and args[0] is host_target:
             return host_target  # torch.device(dev) of the object a source device mapped to stays that object
@@ -218,7 +227,7 @@ class _DeviceMeta(_ProxyMeta):
             # torch.device(0) / torch.device(local_rank): the accelerator's ordinal
             if trace.active:
                 trace.note("torch.device", "translated")
-            real = _map_ordinal(ordinal(args[0]))
+            real = _map_ordinal(ordinal(args[0]))  # type: ignore[arg-type]  # not None: tested above
             if type(args[0]) is int and len(_device_cache) < 4096:
                 _device_cache[args[0]] = real
             return real
@@ -240,7 +249,7 @@ class device(metaclass=_DeviceMeta):
 
 
 class _GeneratorMeta(_ProxyMeta):
-    def __call__(cls, device="cpu", *args, **kwargs):
+    def __call__(cls, device: Device = "cpu", *args: Any, **kwargs: Any) -> torch.Generator:
         if trace.active:
             _note(device, "torch.Generator")
         return _Generator(map_device(device), *args, **kwargs)
@@ -258,7 +267,7 @@ for _proxy in (device, Generator):
     _proxy.__doc__ = _proxy._real.__doc__
 
 
-def _reduce_device(dev):
+def _reduce_device(dev: torch.device) -> tuple[type, tuple[str] | tuple[str, int]]:
     # pickle names the class by "torch.device": the stand-in while patched, torch's own class while
     # torch's machinery runs unpatched (torchdevice.boundary)
     return (torch.device, (dev.type,) if dev.index is None else (dev.type, dev.index))
@@ -267,14 +276,14 @@ def _reduce_device(dev):
 # -- wrappers -------------------------------------------------------------------------------
 
 
-def _factory(fn, api, unpin: bool = False):
+def _factory(fn: _Fn, api: str, unpin: bool = False) -> _Fn:
     """A factory taking ``device=``; with ``unpin`` (a host target), ``pin_memory=True`` is a no-op as
     ``Tensor.pin_memory()`` is: loaders staging host buffers for a CUDA copy (safetensors' ``load_file(device=
     "cuda")``, ``torch.empty(..., device="cpu", pin_memory=True)``) would otherwise fail without an accelerator."""
     cache, cacheable = _cache, _CACHEABLE
 
     @functools.wraps(fn)
-    def factory(*args, **kwargs):
+    def factory(*args: Any, **kwargs: Any) -> Any:
         dev = kwargs.get("device")
         if dev is not None:
             if dev.__class__ in cacheable:
@@ -292,7 +301,7 @@ def _factory(fn, api, unpin: bool = False):
                 trace.note(f"{api.partition('(')[0]}(pin_memory=True)", "no-op")
         return fn(*args, **kwargs)
 
-    def traced(*args, **kwargs):
+    def traced(*args: Any, **kwargs: Any) -> Any:
         dev = kwargs.get("device")
         if dev is not None:
             kwargs["device"] = map_device(dev)  # called at trace time: a constant (see _for_dynamo)
@@ -304,13 +313,13 @@ def _factory(fn, api, unpin: bool = False):
     return factory
 
 
-def _positional_device(fn, api):
+def _positional_device(fn: _Fn, api: str) -> _Fn:
     """Wrap a method whose first positional argument or ``device=`` may be a device (``.to``)."""
     cache = _cache
     Device = _Device
 
     @functools.wraps(fn)
-    def to(self, *args, **kwargs):
+    def to(self: torch.Tensor | torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if args:
             first = args[0]
             cls = first.__class__
@@ -337,11 +346,11 @@ def _positional_device(fn, api):
     return to
 
 
-def _move_method(source: str, kind: str, to):
+def _move_method(source: str, kind: str, to: _Fn) -> _Fn:
     """``Tensor.cuda(device=None, ...)`` / ``Module.cuda(device=None)`` as a ``.to`` to the target."""
     api = f"{kind}.{source}()"
 
-    def move(self, device=None, *args, **kwargs):
+    def move(self: torch.Tensor | torch.nn.Module, device: Device = None, *args: Any, **kwargs: Any) -> Any:
         if trace.active:
             trace.note(api, "translated")
         if device is None:
@@ -360,11 +369,11 @@ def _move_method(source: str, kind: str, to):
     return move
 
 
-def _is_source_property(source: str, device_type: str, real):
+def _is_source_property(source: str, device_type: str, real: Any) -> property:
     api = f"Tensor.is_{source}"
     real_get = real.__get__
 
-    def getter(self):
+    def getter(self: torch.Tensor) -> bool:
         # all of torch's own code sees the truth (torchdevice.boundary): it routes `is_cuda`
         # tensors into CUDA-only kernels, on the program's behalf too.
         if in_torch(sys._getframe(1).f_code.co_filename):
@@ -380,7 +389,7 @@ def _is_source_property(source: str, device_type: str, real):
     )
 
 
-def _record_stream_noop(self, stream):
+def _record_stream_noop(self: torch.Tensor, stream: object) -> None:
     """Translated ``Tensor.record_stream``: a no-op on a host-synchronous target.
 
     It tells a caching allocator not to reuse the memory before ``stream``'s
@@ -390,7 +399,7 @@ def _record_stream_noop(self, stream):
         trace.note("Tensor.record_stream", "no-op")
 
 
-def _keeping_ties(to, device_type: str):
+def _keeping_ties(to: _Fn, device_type: str) -> _Fn:
     """``Module.to`` that keeps shared parameters shared on a PrivateUse1 target.
 
     torch moves a parameter in place (``param.data = moved``) only between device types whose
@@ -404,7 +413,7 @@ def _keeping_ties(to, device_type: str):
         return to
 
     @functools.wraps(to)
-    def to_keeping_ties(self, *args, **kwargs):
+    def to_keeping_ties(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         before = torch.__future__.get_swap_module_params_on_conversion()
         torch.__future__.set_swap_module_params_on_conversion(True)
         try:
@@ -415,25 +424,25 @@ def _keeping_ties(to, device_type: str):
     return to_keeping_ties
 
 
-def _module_to_empty(fn):
+def _module_to_empty(fn: _Fn) -> _Fn:
     @functools.wraps(fn)
-    def to_empty(self, *, device, recurse=True):
+    def to_empty(self: torch.nn.Module, *, device: Device, recurse: bool = True) -> torch.nn.Module:
         return fn(self, device=map_device(device), recurse=recurse)
 
     return to_empty
 
 
-def _load(fn):
+def _load(fn: _Fn) -> _Fn:
     sources = _target.sources
 
-    def restore_on_target(storage, location):
+    def restore_on_target(storage: Any, location: str) -> Any:
         if location.partition(":")[0] in sources:
             mapped = map_device(location)
             return torch.serialization.default_restore_location(storage, str(mapped))
         return None  # torch's default restore
 
     @functools.wraps(fn)
-    def load(f, map_location=None, *args, **kwargs):
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
         if map_location is None:
             map_location = restore_on_target
         elif isinstance(map_location, (str, _Device)):
@@ -449,12 +458,12 @@ def _load(fn):
     return load
 
 
-def _remap_table(table: dict, sources):
+def _remap_table(table: dict, sources: Collection[str]) -> Callable[[Any, str], Any]:
     """``map_location={"cuda:1": "cuda:0"}`` as a function: a location the table misses (a
     checkpoint saved from another rank's device) goes to the target, as with no table."""
     table = {k: str(map_device(v)) if isinstance(v, (str, _Device)) else v for k, v in table.items()}
 
-    def restore(storage, location):
+    def restore(storage: Any, location: str) -> Any:
         found = table.get(location, location)
         if isinstance(found, str) and found.partition(":")[0] in sources:
             found = str(map_device(found))
@@ -463,9 +472,9 @@ def _remap_table(table: dict, sources):
     return restore
 
 
-def _set_default_device(fn):
+def _set_default_device(fn: _Fn) -> _Fn:
     @functools.wraps(fn)
-    def set_default_device(device):
+    def set_default_device(device: Device) -> None:
         if trace.active:
             _note(device, "torch.set_default_device")
         return fn(None if device is None else map_device(device))
@@ -473,16 +482,16 @@ def _set_default_device(fn):
     return set_default_device
 
 
-def _pin_memory_noop(self, device=None):
+def _pin_memory_noop(self: torch.Tensor, device: Device = None) -> torch.Tensor:
     """Translated ``Tensor.pin_memory()``: a no-op on a CPU target (host memory is the device's)."""
     if trace.active:
         trace.note("Tensor.pin_memory", "no-op")
     return self
 
 
-def _dataloader_init(fn):
+def _dataloader_init(fn: _Fn) -> _Fn:
     @functools.wraps(fn)
-    def __init__(self, *args, **kwargs):
+    def __init__(self: torch.utils.data.DataLoader, *args: Any, **kwargs: Any) -> None:
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
             if trace.active:
@@ -497,7 +506,7 @@ def _dataloader_init(fn):
 # -- install -----------------------------------------------------------------------------
 
 
-def install(patcher, target) -> None:
+def install(patcher: Patcher, target: Target) -> None:
     """Patch every place a device enters torch (see the module docstring)."""
     global _target, _saved_pickler, host_target
     _target = target

@@ -20,7 +20,7 @@ class BackendNotFoundError(TorchDeviceError, ValueError):
     """A backend name that no installed plugin declares; the message suggests a close known name (and ``hint``,
     the router's, what to do instead)."""
 
-    def __init__(self, name: str, known: list[str], available: list[str], source: str = "", hint: str = ""):
+    def __init__(self, name: str, known: list[str], available: list[str], source: str = "", hint: str = "") -> None:
         self.name, self.known, self.available = name, known, available
         where = "; ".join(filter(None, (f"from {source}" if source else "", did_you_mean(name, known))))
         where = f" ({where})" if where else ""
@@ -33,7 +33,7 @@ class BackendNotFoundError(TorchDeviceError, ValueError):
 class ConfigError(TorchDeviceError, ValueError):
     """A ``TORCHDEVICE_*`` variable with a value torchdevice cannot use."""
 
-    def __init__(self, variable: str, value: str, valid: str):
+    def __init__(self, variable: str, value: str, valid: str) -> None:
         self.variable, self.value, self.valid = variable, value, valid
         super().__init__(f"{variable}={value!r} is not valid: {valid}")
 
@@ -42,7 +42,7 @@ class BackendUnavailableError(TorchDeviceError):
     """A backend that is installed but cannot run on this machine; ``hint`` (the router's) says what to do
     instead, e.g. for a source family's name (``mps``) how to run a program written for it here."""
 
-    def __init__(self, name: str, reason: str, available: list[str], source: str = "", hint: str = ""):
+    def __init__(self, name: str, reason: str, available: list[str], source: str = "", hint: str = "") -> None:
         self.name, self.reason, self.available = name, reason, available
         where = f" (from {source})" if source else ""
         super().__init__(
@@ -58,7 +58,7 @@ class UnsupportedError(TorchDeviceError, NotImplementedError):
     function, the backend, and what to use instead.
     """
 
-    def __init__(self, function: str, backend: str, instead: str = ""):
+    def __init__(self, function: str, backend: str, instead: str = "") -> None:
         self.function, self.backend, self.instead = function, backend, instead
         msg = f"{function} is not supported on torchdevice backend {backend!r}"
         if instead:
@@ -80,7 +80,7 @@ class SensorUnavailableError(TorchDeviceError):
     ``tried`` and ``instead`` hold those parts.
     """
 
-    def __init__(self, function: str, backend: str, tried: str, instead: str = ""):
+    def __init__(self, function: str, backend: str, tried: str, instead: str = "") -> None:
         self.function, self.backend, self.tried, self.instead = function, backend, tried, instead
         msg = f"{function} cannot be read on this host (torchdevice backend {backend!r}): {tried}"
         if instead:
@@ -99,7 +99,7 @@ class InvalidDeviceError(*_BASES):  # type: ignore[misc]  # (bases depend on the
     raises for an invalid device ordinal.
     """
 
-    def __init__(self, index, count: int, backend: str):
+    def __init__(self, index: object, count: int, backend: str) -> None:
         self.index, self.count, self.backend = index, count, backend
         super().__init__(
             f"invalid device ordinal {index!r} for torchdevice backend {backend!r}: "

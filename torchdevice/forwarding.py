@@ -13,6 +13,7 @@ compiled at all: they are kept as source in :mod:`torchdevice._forwarding_made` 
 like any module), written by ``python scripts/forwarding_made.py`` and checked by the tests.
 """
 from __future__ import annotations
+import __future__
 
 import inspect
 import types
@@ -30,6 +31,8 @@ _compiled: dict[tuple[str, tuple[str, ...], Shape], Callable] = {}
 compiled_sources: list[str] = []
 #: the makers kept as source, by the source they were written from
 _made: dict[str, Callable] = dict(_forwarding_made.MADE)
+#: the flag of ``from __future__ import annotations``: a maker's annotations are kept as strings, never evaluated
+_ANNOTATIONS = __future__.annotations.compiler_flag
 
 
 def shape_of(fn: Callable, *, follow_wrapped: bool = True) -> tuple[Shape, list[Any]]:
@@ -126,8 +129,11 @@ def _new_maker(body: str, names: tuple[str, ...], shape: Shape, filename: str) -
     n_positional = sum(1 for _, kind, has_default in shape if has_default and kind is not P.KEYWORD_ONLY)
     keyword_defaults = [name for name, kind, has_default in shape if has_default and kind is P.KEYWORD_ONLY]
 
-    def make(*values):
+    def make(*values: object) -> types.FunctionType:
         made = compiled(*values[:n_values])
+        # its annotations (``object``) are the type checker's: at run time it shows none, like the
+        # code before it was annotated (inspect.signature of a made function reads as the original's)
+        made.__annotations__ = {}
         if renamed:
             code = made.__code__
             made.__code__ = code.replace(co_varnames=renamed + code.co_varnames[len(renamed):])
@@ -156,24 +162,26 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
     args: list[str] = []
     for name, kind, _ in shape:  # no defaults: the made function's own are set by the maker
         if kind is P.VAR_POSITIONAL:
-            params.append(f"*{name}")
+            params.append(f"*{name}: object")
             args.append(f"*{name}")
         elif kind is P.VAR_KEYWORD:
-            params.append(f"**{name}")
+            params.append(f"**{name}: object")
             args.append(f"**{name}")
         elif kind is P.KEYWORD_ONLY:
             if not any(p.startswith("*") for p in params):
                 params.append("*")
-            params.append(name)
+            params.append(f"{name}: object")
             args.append(f"{name}={name}")
         else:
-            params.append(name)
+            params.append(f"{name}: object")
             args.append(name)
     positional_only = [i for i, (_, kind, _) in enumerate(shape) if kind is P.POSITIONAL_ONLY]
     if positional_only:
         params.insert(max(positional_only) + 1, "/")
-    source = (f"def make({', '.join(names)}):\n"
-              f"    def function({', '.join(params)}):\n"
+    # Annotated (the made function takes and returns anything; the values are whatever the body needs),
+    # as strings: compiled, like _forwarding_made, under ``from __future__ import annotations``.
+    source = (f"def make({', '.join(f'{name}: Any' for name in names)}) -> Callable[..., object]:\n"
+              f"    def function({', '.join(params)}) -> object:\n"
               + "".join(f"    {line}\n" for line in body.format(args=", ".join(args)).splitlines())
               + "    return function\n")
     made = _made.get(source)
@@ -181,7 +189,7 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
         return made
     compiled_sources.append(source)
     scope: dict[str, Any] = {}
-    exec(compile(source, filename, "exec"), scope)  # noqa: S102
+    exec(compile(source, filename, "exec", flags=_ANNOTATIONS), scope)  # noqa: S102
     return scope["make"]
 
 
@@ -190,12 +198,13 @@ def render_made(sources: list[str]) -> str:
     lines = ['"""Makers of :mod:`torchdevice.forwarding` kept as source: the patterns activating the built-in CPU',
              "backend uses (compiling them cost a millisecond or two of every activation). Written by",
              "``python scripts/forwarding_made.py``; do not edit. Each ``make_N`` is the source that is its key in",
-             ":data:`MADE`, renamed.", '"""', "", "from typing import Callable", ""]
+             ":data:`MADE`, renamed.", '"""', "", "from __future__ import annotations", "",
+             "from typing import Any, Callable", ""]
     ordered = sorted(set(sources))
     for i, source in enumerate(ordered):
         lines += ["", source.replace("def make(", f"def make_{i}(", 1)]
     lines += ["", "#: the source forwarding.maker builds -> the function written from it",
-              "MADE: dict[str, Callable] = {"]
+              "MADE: dict[str, Callable[..., Callable[..., object]]] = {"]
     lines += [f"    {source!r}: make_{i}," for i, source in enumerate(ordered)]
     lines.append("}")
     return "\n".join(lines) + "\n"

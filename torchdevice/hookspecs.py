@@ -33,7 +33,7 @@ import pluggy
 
 if TYPE_CHECKING:  # the hooks' argument and result types (backend imports this module for hookimpl)
     from .backend import Availability, BackendSpec, CollectiveOps, DeviceProperties, MemoryOps, RNGOps, StreamOps
-    from .integrations import Integration
+    from .integration import Integration
 
 PROJECT = "torchdevice"
 

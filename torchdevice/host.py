@@ -20,6 +20,7 @@ import platform
 import sys
 import threading
 import time
+from typing import Callable
 
 from .errors import UnsupportedError
 
@@ -66,7 +67,7 @@ class MallInfo2:
             "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
             "keepcost")]
 
-    def __init__(self, fn):
+    def __init__(self, fn: Callable[[], MallInfo2._Struct]) -> None:
         self._fn = fn
 
     def read(self) -> int:
@@ -91,7 +92,7 @@ class MallocZones:
         _fields_ = [("blocks_in_use", ctypes.c_uint), ("size_in_use", ctypes.c_size_t),
                     ("max_size_in_use", ctypes.c_size_t), ("size_allocated", ctypes.c_size_t)]
 
-    def __init__(self, fn):
+    def __init__(self, fn: Callable[[None, object], None]) -> None:
         self._fn = fn
 
     def read(self) -> int:
@@ -123,7 +124,7 @@ _MACH_TASK_BASIC_INFO = 20
 _HOST_VM_INFO64, _HOST_VM_INFO64_COUNT = 4, 38  # vm_statistics64: free_count, active_count, inactive_count, ...
 
 
-def _libc_darwin():
+def _libc_darwin() -> ctypes.CDLL | None:
     """The C library on macOS (its Mach and sysctl calls), else None."""
     if sys.platform != "darwin":
         return None
@@ -407,7 +408,7 @@ class PackagePower:
     MIN_INTERVAL_S = 0.01  #: the shortest interval averaged over
     MAX_WATTS = 1000.0  #: no package draws more: bounds how long a counter surely wraps at most once
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._mark: tuple[float, dict[str, int]] | None = None
 

@@ -44,16 +44,15 @@ real API names it accepts these pseudo-API names for uses that are not calls:
 """
 from __future__ import annotations
 
-import importlib
-import inspect
+import argparse
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
-from . import catalog, namespaces, plugins, router
+from . import amp, catalog, distributed, namespaces, plugins, router
 from .backend import Status
-from .namespaces import View
+from .router import Target
 from .vocabulary import SOURCE_FAMILIES
 
 #: The project's own backends, in the order the matrix shows them (others follow, by name).
@@ -70,7 +69,7 @@ LEGEND = {
 }
 
 _lock = threading.RLock()
-_views: dict[str, View] = {}
+_views: dict[str, Target] = {}
 _view_problems: dict[str, list[str]] = {}
 _cache: dict[tuple[str, str], tuple[Status, str] | None] = {}
 
@@ -95,11 +94,11 @@ def installed_backends() -> list[str]:
     return known + sorted(n for n in names if n not in PROJECT_BACKENDS)
 
 
-def view(name: str) -> View:
-    """The :class:`~torchdevice.namespaces.View` of backend ``name``, built from its plugin's hooks.
+def view(name: str) -> Target:
+    """The :class:`~torchdevice.router.Target` of backend ``name``, built from its plugin's hooks.
 
-    The active backend's view uses its resolved objects; any other backend's
-    is built by calling its family hooks, which need no hardware.
+    The active backend's is the router's resolved one; any other backend's is built
+    by calling its family hooks, which need no hardware (its device count taken as 1).
     """
     with _lock:
         cached = _views.get(name)
@@ -112,23 +111,19 @@ def view(name: str) -> View:
             raise ValueError(f"unknown backend {name!r}; installed backends: {known}")
         active = router._active
         if active is not None and active.name == name:
-            result = View.of_active(active)
+            result = active
             problems: list[str] = []
         else:
-            errors: list = []
-            families = {}
+            errors: list[plugins.Problem] = []
+            families: dict[str, Any] = {}
             for family in ("memory", "streams", "rng", "collectives"):
                 _, families[family] = plugins.call_first(f"torchdevice_{family}", errors, name=name)
-            result = View(name, record.device_type, **families)
+            result = Target(name, record.device_type, 1, **families, priority=record.priority or 0,
+                            owner=record.plugin)
             problems = [str(e) for e in errors]
         _views[name] = result
         _view_problems[name] = problems
         return result
-
-
-def _is_active(v: View) -> bool:
-    active = router._active
-    return active is not None and active.name == v.name
 
 
 def _default_backend() -> str:
@@ -141,101 +136,41 @@ def _default_backend() -> str:
 # -- statuses --------------------------------------------------------------------------------------
 
 
-def _as_status(answer) -> tuple[Status, str] | None:
+def _as_status(answer: tuple[Any, Any] | None) -> tuple[Status, str] | None:
     if answer is None:
         return None
     status, note = answer
     return Status(status), str(note or "")
 
 
-def _target_for(v: View):
-    from .translate import Target
-
-    sources = frozenset(t for t in SOURCE_TYPES if t != v.device_type)
-    return Target(v.name, v.device_type, 1, sources, True)
-
-
-def _delegate(module_name: str, v: View, *names: str) -> tuple[Status, str] | None:
-    """Ask ``torchdevice.<module_name>.status`` (given the backend when it takes one)."""
-    try:
-        module = importlib.import_module(f"torchdevice.{module_name}")
-    except ImportError:
-        return None
-    fn = getattr(module, "status", None)
-    if fn is None:
-        return None
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]  # (no parameters known)
-    kwargs: dict[str, Any] = {}
-    if "backend" in params:
-        kwargs["backend"] = v.name
-    elif "target" in params:
-        kwargs["target"] = _target_for(v)
-    elif "router" in getattr(fn, "__globals__", {}) and not _is_active(v):
-        # status() answers for router.active() only: evaluate the same function with a
-        # router whose active() is this backend's view (name, device_type, collectives)
-        import types
-
-        shim = types.SimpleNamespace(active=lambda: v)
-        fn = types.FunctionType(fn.__code__, {**fn.__globals__, "router": shim}, fn.__name__,
-                                fn.__defaults__, fn.__closure__)
-    for name in names:
-        try:
-            answer = _as_status(fn(name, **kwargs))
-        except (KeyError, ValueError, LookupError):
-            continue
-        if answer is not None:
-            return answer
-    return None
-
-
-def _amp(v: View, api: str) -> tuple[Status, str] | None:
+def _amp(v: Target, api: str) -> tuple[Status, str] | None:
     if v.device_type == "cuda" and api.startswith("torch.cuda."):
         return Status.NATIVE, f"torch.cuda itself: code written for cuda runs untranslated on the {v.name} backend"
-    try:
-        amp = importlib.import_module("torchdevice.amp")
-    except ImportError:
-        return None
-    table_fn = getattr(amp, "status_for", None)
-    if table_fn is None:
-        return None
-    table = table_fn(_target_for(v))
+    table = amp.status_for(v)
     if api == "torch.cuda.amp":
         api = "torch.cuda.amp.autocast"
     return _as_status(table.get(api))
 
 
-def amp_apis(v: View) -> list[str]:
+def amp_apis(v: Target) -> list[str]:
+    """The AMP APIs :mod:`torchdevice.amp` answers for on backend ``v``, sorted."""
+    return sorted(amp.status_for(v))
+
+
+def _distributed(v: Target, api: str) -> tuple[Status, str]:
     try:
-        amp = importlib.import_module("torchdevice.amp")
-        return sorted(amp.status_for(_target_for(v)))
-    except (ImportError, AttributeError):
-        return []
+        return distributed.status(api, v)
+    except KeyError:  # not a function of the catalog
+        return Status.NATIVE, (
+            "passed through to torch.distributed untouched (torchdevice.distributed declares no translation)")
 
 
-def _distributed(v: View, api: str) -> tuple[Status, str]:
-    short = api.rpartition(".")[2]
-    answer = _delegate("distributed", v, short, api)
-    if answer is not None:
-        return answer
-    return Status.NATIVE, "passed through to torch.distributed untouched (torchdevice.distributed declares no translation)"
-
-
-def _dist_backend(v: View, name: str) -> tuple[Status, str] | None:
+def _dist_backend(v: Target, name: str) -> tuple[Status, str] | None:
     """A ``torch.distributed`` engine name used by the program (``"nccl"``) on backend ``v``."""
-    answer = _delegate("distributed", v, f"dist-backend:{name}")
-    if answer is not None:
-        return answer
     engine = getattr(v.collectives, "dist_backend", None)
     if name == engine:
         return Status.NATIVE, f"the {v.name} backend's own torch.distributed engine"
-    try:
-        distributed = importlib.import_module("torchdevice.distributed")
-        foreign = distributed._foreign_engines(v.device_type, [t for t in SOURCE_TYPES if t != v.device_type])
-    except (ImportError, AttributeError):
-        return None
+    foreign = distributed._foreign_engines(v.device_type, [t for t in SOURCE_TYPES if t != v.device_type])
     if name in foreign:
         init = _distributed(v, "torch.distributed.init_process_group")
         if init[0] is Status.UNSUPPORTED:
@@ -249,7 +184,7 @@ def _dist_backend(v: View, name: str) -> tuple[Status, str] | None:
 _FLAG_NATIVE = {"is_available", "version", "is_built", "is_acceptable"}
 
 
-def _backend_flag(v: View, api: str) -> tuple[Status, str] | None:
+def _backend_flag(v: Target, api: str) -> tuple[Status, str] | None:
     parts = api.split(".")
     if len(parts) < 4:
         return None
@@ -271,23 +206,13 @@ def _backend_flag(v: View, api: str) -> tuple[Status, str] | None:
     )
 
 
-def _devices_installed() -> bool:
-    try:
-        devices = importlib.import_module("torchdevice.devices")
-    except ImportError:
-        return False
-    return hasattr(devices, "map_device")
-
-
-def _device_use(v: View, kind: str, device_type: str) -> tuple[Status, str] | None:
+def _device_use(v: Target, kind: str, device_type: str) -> tuple[Status, str] | None:
     if device_type == "cpu" and kind == "device":
         return Status.NATIVE, "explicit cpu stays on the CPU"
     if device_type not in SOURCE_TYPES:
         return None
     if device_type == v.device_type:
         return Status.NATIVE, f"{device_type} is the {v.name} backend's own device type: nothing to translate"
-    if not _devices_installed():
-        return None
     target = "cpu (CPU tensors carry no index)" if v.device_type == "cpu" else f"{v.device_type} (index kept)"
     if kind == "device":
         return Status.TRANSLATED, f"{device_type!r} and {device_type}:N map to the {v.name} backend's {target}"
@@ -296,7 +221,7 @@ def _device_use(v: View, kind: str, device_type: str) -> tuple[Status, str] | No
     return Status.TRANSLATED, f"True for tensors on the {v.name} backend's device, where {device_type} tensors live"
 
 
-def _compute(v: View, api: str) -> tuple[Status, str] | None:
+def _compute(v: Target, api: str) -> tuple[Status, str] | None:
     answer = namespaces.api_status(v, api)
     if answer is not None:
         return answer
@@ -349,7 +274,7 @@ class Row:
     entry: catalog.Entry | None = None
 
 
-def _resolve_backends(backends) -> list[str]:
+def _resolve_backends(backends: Iterable[str] | str | None) -> list[str]:
     if backends is None:
         return installed_backends()
     if isinstance(backends, str):
@@ -361,7 +286,7 @@ def _resolve_backends(backends) -> list[str]:
     return list(backends)
 
 
-def rows(backends=None) -> list[Row]:
+def rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     """One :class:`Row` per catalog function, in catalog order."""
     names = _resolve_backends(backends)
     result = []
@@ -376,7 +301,7 @@ def rows(backends=None) -> list[Row]:
     return result
 
 
-def extra_rows(backends=None) -> list[Row]:
+def extra_rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     """APIs torchdevice fronts beyond the catalog (classes, nvtx, comm, aliases, AMP)."""
     names = _resolve_backends(backends)
     in_catalog = {e.api for e in catalog.entries()}
@@ -396,7 +321,7 @@ def extra_rows(backends=None) -> list[Row]:
     return result
 
 
-def property_rows(backends=None) -> list[Row]:
+def property_rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     """One row per field of CUDA's device properties (:data:`torchdevice.backend.CUDA_PROPERTY_FIELDS`):
     what ``get_device_properties(i).<field>`` answers on each backend."""
     from .backend import CUDA_PROPERTY_FIELDS
@@ -435,7 +360,7 @@ def counts(table: list[Row], backends: list[str]) -> dict[str, dict[str, dict[st
     return result
 
 
-def data(backends=None) -> dict:
+def data(backends: Iterable[str] | str | None = None) -> dict[str, Any]:
     """The matrix as a JSON-ready dict."""
     names = _resolve_backends(backends)
     table = rows(names)
@@ -459,7 +384,7 @@ def data(backends=None) -> dict:
     }
 
 
-def render_json(backends=None) -> str:
+def render_json(backends: Iterable[str] | str | None = None) -> str:
     return json.dumps(data(backends), indent=1) + "\n"
 
 
@@ -488,7 +413,7 @@ def _notes_block(row: Row, names: list[str]) -> str:
     return f"- `{row.api}` — " + "; ".join(_md_cell(p) for p in parts)
 
 
-def render_md(backends=None) -> str:
+def render_md(backends: Iterable[str] | str | None = None) -> str:
     """The matrix as Markdown (what ``docs/compatibility.md`` holds)."""
     names = _resolve_backends(backends)
     table = rows(names)
@@ -590,14 +515,14 @@ def _md_table(table: list[Row], names: list[str], single: bool) -> list[str]:
 # -- command line ------------------------------------------------------------------------------------
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", metavar="NAME",
                         help="only this backend (repeatable); default: every installed backend")
     parser.add_argument("--format", choices=("md", "json"), default="md", help="output format (default: md)")
     parser.add_argument("--write", metavar="FILE", help="write to FILE instead of standard output")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     import sys
 
     try:

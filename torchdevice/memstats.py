@@ -31,10 +31,16 @@ Pools: a backend has one pool, so ``all`` carries the figures and the
 ``large_pool``/``small_pool`` split follows CUDA's 1 MiB threshold only where the
 backend can split by size; otherwise ``large_pool`` repeats ``all`` and
 ``small_pool`` is zero (see :func:`device_stats`).
+
+A backend with no pinned host-memory allocator (its tensors are host memory already: the CPU
+backend, MLX) mixes :class:`NoPinnedHostMemory` into its ``MemoryOps`` subclass: CUDA's pinned
+statistics, all zero, and their two resets, tagged.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from .status import noop, translated
 
 _METRICS = ("current", "peak", "allocated", "freed")
 _POOLS = ("all", "large_pool", "small_pool")
@@ -124,6 +130,30 @@ def device_stats(
 def empty_host_stats() -> dict[str, Any]:
     """``torch.cuda.host_memory_stats()`` of a backend with no pinned host-memory allocator: all zero."""
     return {key: 0 for key in sorted(HOST_KEYS)}
+
+
+class NoPinnedHostMemory:
+    """Mixin for the ``MemoryOps`` of a backend without pinned host memory (its tensors live in host memory).
+
+    ``torch.cuda.host_memory_stats()`` is CUDA's pinned-allocator keys, all 0 (:func:`empty_host_stats`:
+    no pinned blocks exist), and ``reset_accumulated_host_memory_stats``/``reset_peak_host_memory_stats``
+    are no-ops; each tagged, so the matrix and the call agree. Put it first among the bases::
+
+        class MyMemory(NoPinnedHostMemory, MemoryOps): ...
+    """
+
+    @translated("CUDA's pinned-allocator keys, all 0: a host target has no pinned host-memory allocator, so no "
+                "pinned blocks exist")
+    def host_memory_stats(self) -> dict[str, Any]:
+        return empty_host_stats()
+
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_accumulated_host_memory_stats(self) -> None:
+        return None
+
+    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
+    def reset_peak_host_memory_stats(self) -> None:
+        return None
 
 
 def _size(value: int, pref: float) -> str:

@@ -34,7 +34,7 @@ _live: weakref.WeakSet[SampledPeak] = weakref.WeakSet()
 class SampledPeak:
     """The highest value of ``read()`` seen through :meth:`read` and by a sampling thread."""
 
-    def __init__(self, read: Callable[[], int], interval: float | None = INTERVAL):
+    def __init__(self, read: Callable[[], int], interval: float | None = INTERVAL) -> None:
         """``interval``: seconds between samples; ``None``: no thread (for a counter too costly to poll)."""
         self._read = read
         self._interval = interval

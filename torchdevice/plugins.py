@@ -18,6 +18,15 @@ timer, so it applies on POSIX systems, in the main thread, when no other
 timer is running, and only to code that returns to the Python interpreter
 (a hang inside a C call cannot be interrupted, nor can ``os._exit``: block
 such a plugin with ``TORCHDEVICE_DISABLE_PLUGINS``).
+
+The loader API, used by this module and by the integration loader
+(:mod:`torchdevice.integrations`, entry-point group ``torchdevice.integrations``):
+:func:`load_entry_point` imports and registers one entry point's plugin within
+:func:`deadline`, reporting a failure; :func:`record` turns an exception a
+plugin raised into a :class:`Problem`; :func:`core_info` is the
+:class:`PluginInfo` of a plugin that is part of torchdevice itself;
+:func:`entry_points`, :func:`blocked`, :func:`register` and :func:`call_each`
+find, filter, add and ask plugins.
 """
 from __future__ import annotations
 
@@ -29,7 +38,9 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Callable, NamedTuple
+from importlib.metadata import EntryPoint
+from types import FrameType
+from typing import Any, Callable, Collection, Iterable, Iterator, NamedTuple, NoReturn
 
 import pluggy
 
@@ -78,7 +89,9 @@ def report(problem: Problem) -> Problem:
     return problem
 
 
-def _record(plugin: str, stage: str, exc: BaseException) -> Problem:
+def record(plugin: str, stage: str, exc: BaseException) -> Problem:
+    """Record ``exc``, raised by ``plugin`` at ``stage`` (``"import"``, a hook's name ...), as a
+    :class:`Problem` carrying its traceback; once, as :func:`report` does."""
     error = f"{type(exc).__name__}: {exc}"
     return report(Problem(plugin, stage, error, "".join(traceback.format_exception(exc))))
 
@@ -121,16 +134,17 @@ def timeout() -> float:
 
 
 @contextlib.contextmanager
-def _deadline(what: str):
+def deadline(what: str) -> Iterator[None]:
     """Interrupt the block with :class:`PluginTimeout` after :func:`timeout` seconds, where a
-    SIGALRM timer can be used (main thread, POSIX, no timer of the program's running)."""
+    SIGALRM timer can be used (main thread, POSIX, no timer of the program's running); ``what``
+    names the step in the timeout's message (``"importing plugin 'x'"``)."""
     seconds = timeout()
     if (not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread()
             or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
         yield
         return
 
-    def overran(signum, frame):
+    def overran(signum: int, frame: FrameType | None) -> NoReturn:
         raise PluginTimeout(f"{what} took longer than {seconds:g} s ({ENV_TIMEOUT}); interrupted")
 
     previous = signal.signal(signal.SIGALRM, overran)
@@ -142,14 +156,14 @@ def _deadline(what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _call(plugin: str, hook: str, impl, kwargs):
+def _call(plugin: str, hook: str, impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> Any:
     """One implementation's result; discovery hooks under a deadline, and the backend list
     materialised inside it (a generator failing or hanging half-way fails here)."""
     if hook not in BOUNDED_HOOKS:
         return impl.function(*[kwargs[arg] for arg in impl.argnames])
     # the built-in backend is torchdevice's own code, which answers at once: arming a timer for it would cost
     # activation more than the answer does
-    bound = contextlib.nullcontext() if impl.plugin is _builtin else _deadline(f"plugin {plugin!r}'s {hook}")
+    bound = contextlib.nullcontext() if impl.plugin is _builtin else deadline(f"plugin {plugin!r}'s {hook}")
     with bound:
         result = impl.function(*[kwargs[arg] for arg in impl.argnames])
         if hook == "torchdevice_backends" and result is not None:
@@ -167,15 +181,23 @@ def _load_builtin() -> None:
 
         pm.register(cpu_plugin, name=BUILTIN)
         _builtin = cpu_plugin
-        plugin_info[BUILTIN] = PluginInfo(BUILTIN, "torchdevice", _core_version())
+        plugin_info[BUILTIN] = core_info(BUILTIN)
 
 
-_entry_point_cache: tuple[tuple[str, ...], list[Any]] | None = None
+def core_info(name: str) -> PluginInfo:
+    """The :class:`PluginInfo` of a plugin that is part of torchdevice itself (distribution
+    ``torchdevice``, the core's version): the built-in CPU backend, the built-in integrations."""
+    from . import __version__  # the package itself: already initialised, nothing is loaded
+
+    return PluginInfo(name, "torchdevice", __version__)
+
+
+_entry_point_cache: tuple[tuple[str, ...], list[EntryPoint]] | None = None
 #: a section header of one of torchdevice's entry-point groups (``[torchdevice]``, ``[torchdevice.integrations]``)
 _OUR_SECTION = re.compile(r"^\s*\[torchdevice[\].]", re.MULTILINE)
 
 
-def entry_points(*, group: str) -> list[Any]:
+def entry_points(*, group: str) -> list[EntryPoint]:
     """The installed entry points of ``group``, from one metadata scan per ``sys.path``.
 
     ``importlib.metadata`` reads every installed distribution; activation asks for two groups
@@ -188,12 +210,12 @@ def entry_points(*, group: str) -> list[Any]:
     return [ep for ep in _entry_point_cache[1] if ep.group == group]
 
 
-def _scan() -> list[Any]:
+def _scan() -> list[EntryPoint]:
     """The entry points of torchdevice's groups as ``importlib.metadata.entry_points()`` lists them
     (one distribution per name, the first found on ``sys.path``), parsing only the distributions whose
     ``entry_points.txt`` has such a group: parsing every group of every installed distribution (console
     scripts, pytest plugins ...) cost activation about a third more."""
-    found: list[Any] = []
+    found: list[EntryPoint] = []
     seen: set[str] = set()
     for dist in importlib.metadata.distributions():
         name = dist._normalized_name  # type: ignore[attr-defined]  # entry_points()'s own key for "one per name"
@@ -244,7 +266,7 @@ def _check_env_names() -> None:
         _warn_unknown(_env_names("TORCHDEVICE_DISABLE_PLUGINS"), "TORCHDEVICE_DISABLE_PLUGINS")
 
 
-def _load_entry_points(eps) -> None:
+def _load_entry_points(eps: Iterable[EntryPoint]) -> None:
     allow = _env_names("TORCHDEVICE_PLUGINS")
     block = _env_names("TORCHDEVICE_DISABLE_PLUGINS") or set()
     for ep in eps:
@@ -252,19 +274,33 @@ def _load_entry_points(eps) -> None:
             continue
         if pm.has_plugin(ep.name) or pm.is_blocked(ep.name) or ep.name in plugin_info:
             continue
-        dist = getattr(ep, "dist", None)
-        info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
-        stage = "import"
-        try:
-            with _deadline(f"importing plugin {ep.name!r}"):
-                plugin = ep.load()
-            stage = "validate"  # e.g. a misspelled hookimpl, caught by check_pending()
-            register(plugin, name=ep.name, info=info, notify=False)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # a broken (or exiting) plugin is reported, never fatal
-            plugin_info[ep.name] = info
-            _record(ep.name, stage, exc)
+        load_entry_point(ep)
+
+
+def load_entry_point(ep: EntryPoint, kind: str = "plugin") -> bool:
+    """Import the plugin of entry point ``ep`` within :func:`deadline` and :func:`register` it under
+    the entry point's name (no change notification: the caller is discovering); whether it was.
+
+    A plugin that fails to import (stage ``"import"``, a hanging import included) or to register
+    (``"validate"``: a misspelled hookimpl) is recorded as a :class:`Problem`, with its
+    :class:`PluginInfo`, and never raises, except ``KeyboardInterrupt``. ``kind`` names it in the
+    timeout's message (``"importing integration plugin 'x' took longer ..."``).
+    """
+    dist = getattr(ep, "dist", None)
+    info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+    stage = "import"
+    try:
+        with deadline(f"importing {kind} {ep.name!r}"):
+            plugin = ep.load()
+        stage = "validate"  # e.g. a misspelled hookimpl, caught by check_pending()
+        register(plugin, name=ep.name, info=info, notify=False)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a broken (or exiting) plugin is reported, never fatal
+        plugin_info[ep.name] = info
+        record(ep.name, stage, exc)
+        return False
+    return True
 
 
 def blocked() -> set[str]:
@@ -288,7 +324,7 @@ def _warn_unknown(names: set[str] | None, var: str) -> None:
         )
 
 
-def register(plugin, name: str | None = None, info: PluginInfo | None = None, notify: bool = True) -> str:
+def register(plugin: object, name: str | None = None, info: PluginInfo | None = None, notify: bool = True) -> str:
     """Register a plugin object (module or instance with hookimpls); return its name.
 
     Raises ``pluggy.PluginValidationError`` if a hook implementation does not
@@ -314,7 +350,7 @@ def register(plugin, name: str | None = None, info: PluginInfo | None = None, no
 HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("torchdevice_")))
 
 
-def unmarked_hooks(plugin) -> list[str]:
+def unmarked_hooks(plugin: object) -> list[str]:
     """Hook names that ``plugin`` defines as plain callables, without ``@hookimpl``: pluggy never calls them
     (a ``Backend`` subclass overriding ``torchdevice_backends`` undecorated loses that hook)."""
     implemented = {caller.name for caller in pm.get_hookcallers(plugin) or ()}
@@ -328,7 +364,7 @@ def unmarked_hooks(plugin) -> list[str]:
     return found
 
 
-def _check_marked(plugin, name: str) -> None:
+def _check_marked(plugin: object, name: str) -> None:
     """Report a registered plugin that implements no hook, or defines hook-named functions without ``@hookimpl``
     (it registers fine, then silently declares nothing)."""
     unmarked = unmarked_hooks(plugin)
@@ -361,7 +397,8 @@ def _changed() -> None:
         listener()
 
 
-def call_each(hook: str, errors: list | None = None, skip=frozenset(), **kwargs):
+def call_each(hook: str, errors: list[Problem] | None = None, skip: Collection[str] = frozenset(),
+              **kwargs: Any) -> Iterator[tuple[str, Any]]:
     """Yield ``(plugin_name, result)`` for every implementation, in pluggy's call order.
 
     Plugins named in ``skip`` are not called. An implementation that raises
@@ -376,14 +413,14 @@ def call_each(hook: str, errors: list | None = None, skip=frozenset(), **kwargs)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
-            problem = _record(impl.plugin_name, hook, exc)
+            problem = record(impl.plugin_name, hook, exc)
             if errors is not None:
                 errors.append(problem)
             continue
         yield impl.plugin_name, result
 
 
-def _spec_list(result) -> list:
+def _spec_list(result: Any) -> list[Any]:
     """``torchdevice_backends``' result as a list; a single spec, a str or a number is an error."""
     from .backend import BackendSpec
 
@@ -392,7 +429,8 @@ def _spec_list(result) -> list:
     return list(result)
 
 
-def call_owner(hook: str, plugin: str, errors: list | None = None, **kwargs):
+def call_owner(hook: str, plugin: str, errors: list[Problem] | None = None,
+               **kwargs: Any) -> tuple[str, Any] | tuple[None, None]:
     """Return the result of ``plugin``'s own implementation of ``hook``, or ``(None, None)``
     when that plugin has none (then the caller may ask the others). Errors as in :func:`call_each`."""
     for impl in getattr(pm.hook, hook).get_hookimpls():
@@ -403,22 +441,18 @@ def call_owner(hook: str, plugin: str, errors: list | None = None, **kwargs):
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
-            problem = _record(plugin, hook, exc)
+            problem = record(plugin, hook, exc)
             if errors is not None:
                 errors.append(problem)
             return plugin, None
     return None, None
 
 
-def call_first(hook: str, errors: list | None = None, skip=frozenset(), **kwargs):
+def call_first(hook: str, errors: list[Problem] | None = None, skip: Collection[str] = frozenset(),
+               **kwargs: Any) -> tuple[str, Any] | tuple[None, None]:
     """Return ``(plugin_name, result)`` of the first non-None result, or ``(None, None)``."""
     for plugin, result in call_each(hook, errors, skip, **kwargs):
         if result is not None:
             return plugin, result
     return None, None
 
-
-def _core_version() -> str:
-    from . import __version__
-
-    return __version__

@@ -5,7 +5,7 @@ backend that is available for automatic selection. ``TORCHDEVICE_PRIORITY``
 (``"mlx=150,cuda=10"``) overrides declared priorities.
 
 Hooks run here only: once at discovery, once when the active backend is
-resolved. The result is the :class:`ActiveBackend`, cached until :func:`use`
+resolved. The result is a :class:`Target`, cached until :func:`use`
 or a plugin (un)registration calls :func:`invalidate`. Everything on a hot
 path reads that cached object.
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import re
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from . import plugins
 from .backend import (
@@ -25,10 +26,15 @@ from .backend import (
     DeviceProperties,
     MemoryOps,
     RNGOps,
+    Status,
     StreamOps,
+    status_of,
 )
-from .errors import BackendNotFoundError, BackendUnavailableError, ConfigError, TorchDeviceError
-from .vocabulary import SOURCE_FAMILIES
+from .errors import BackendNotFoundError, BackendUnavailableError, ConfigError, InvalidDeviceError, TorchDeviceError
+from .vocabulary import SOURCE_FAMILIES, parse_index
+
+if TYPE_CHECKING:
+    from torch.types import Device
 
 ENV_BACKEND = "TORCHDEVICE_BACKEND"
 ENV_PRIORITY = "TORCHDEVICE_PRIORITY"
@@ -55,31 +61,90 @@ class BackendRecord:
         return dict(vars(self))
 
 
-@dataclass(eq=False)  # one object per resolution: compared by identity (and no __eq__ to generate at import)
-class ActiveBackend:
-    """The resolved, cached backend that the API and the translation layer use."""
+def _other_families(device_type: str) -> frozenset[str]:
+    """The source families translated to ``device_type``: every one but the device type itself."""
+    return frozenset(t for t in SOURCE_FAMILIES if t != device_type)
 
-    spec: BackendSpec
+
+@dataclass(eq=False)  # one object per resolution or per patch(): compared by identity
+class Target:
+    """A backend as the API, translation and the matrix see it: the one snapshot of a backend.
+
+    :func:`active` resolves the active backend into one (its operation objects, asked of its
+    plugin once) and caches it until :func:`use` or a plugin change; everything on a hot path
+    reads that object. :func:`torchdevice.translate.patch` installs translation against a copy
+    carrying the translation options (:meth:`translating`: ``report_available``, ``source``, and a
+    fresh :attr:`state`); :mod:`torchdevice.matrix` builds one for every installed backend from
+    its plugin's family hooks, whether or not its hardware is present (an operation family the
+    plugin failed to give is then None). The status rules of :mod:`torchdevice.namespaces` read
+    it (:meth:`op`), and the builders of the fronted functions close over it (:meth:`index`).
+    """
+
+    name: str  #: the backend's name, e.g. ``"cpu"``, ``"mlx"``, ``"cuda"``
+    device_type: str  #: the torch device type its tensors live on
     device_count: int
     memory: MemoryOps
     streams: StreamOps
     rng: RNGOps
     collectives: CollectiveOps
-    _properties: dict[int, DeviceProperties] = field(default_factory=dict)
+    priority: int = 0
     owner: str = ""  #: the plugin that declared this backend (the one asked about it)
+    #: source families translated to :attr:`device_type` (None: every one but the device type itself)
+    sources: frozenset[str] = None  # type: ignore[assignment]  # filled in by __post_init__
+    #: what ``torch.cuda.is_available()`` etc. answer on an accelerator-less target
+    report_available: bool = True
+    #: the family the program is written for: the only fronted namespace whose ``is_available()`` is True
+    source: str = "cuda"
+    #: device properties asked of the plugin so far, by index (shared by the copies :meth:`translating` makes)
+    _properties: dict[int, DeviceProperties] = field(default_factory=dict)
+    #: what one namespace install keeps: the objects built so far (``"cuda.device"``), for builders
+    #: that need another one, and ``"sync_debug_mode"``; fresh in each copy :meth:`translating` makes
+    state: dict[str, Any] = field(default_factory=dict)
+    #: whether the target claims devices at all (before the source-family rule); set by __post_init__
+    available: bool = field(init=False)
+    #: ``index(device)``: a device argument as a valid index (the current device for ``None``)
+    index: Callable[..., int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.sources is None:
+            self.sources = _other_families(self.device_type)
+        self.available = bool(self.report_available or self.indexed) and self.device_count > 0
+        self.index = _indexer(self.name, self.device_count, self.streams)
 
     @property
-    def name(self) -> str:
-        return self.spec.name
+    def indexed(self) -> bool:
+        """Whether target devices carry an index (``cpu`` tensors have none)."""
+        return self.device_type != "cpu"
 
     @property
-    def device_type(self) -> str:
-        return self.spec.device_type
+    def backend(self) -> str:
+        """Deprecated spelling of :attr:`name` (the translation snapshot's name before 1.x merged the
+        snapshots): kept so integrations written against it keep working; warns once per call site."""
+        warnings.warn("Target.backend is deprecated: use Target.name", DeprecationWarning, stacklevel=2)
+        return self.name
+
+    def translating(self, report_available: bool, source: str) -> Target:
+        """This backend as translation's target: the options set, a fresh :attr:`state`, the properties
+        asked so far shared."""
+        return replace(self, report_available=report_available, source=source, state={})
+
+    def available_for(self, ns: str) -> bool:
+        """What ``torch.<ns>.is_available()`` answers: only the source family claims a device."""
+        return self.available and ns == self.source
+
+    def op(self, family: str, name: str) -> tuple[Status, str]:
+        """``(Status, note)`` of operation ``name`` of ``family``, as the backend tags it."""
+        ops = getattr(self, family)
+        if ops is None:
+            return Status.UNSUPPORTED, f"the backend provides no {family} operations"
+        return status_of(ops, name)
 
     def properties(self, index: int) -> DeviceProperties:
+        """Device ``index``'s properties, asked of the backend's plugin the first time (then kept), with
+        what the plugin left empty filled in (:func:`torchdevice.capability.complete`)."""
         props = self._properties.get(index)
         if props is None:
-            errors: list = []
+            errors: list[plugins.Problem] = []
             _, props = _ask(self.name, self.owner, "torchdevice_device_properties", errors, index=index)
             if props is None:
                 why = f": {errors[0]}" if errors else ""
@@ -89,10 +154,36 @@ class ActiveBackend:
             props = self._properties[index] = complete(props, self.name, index, self.device_type)
         return props
 
+    def __repr__(self) -> str:
+        return f"<Target {self.name} ({self.device_type}), translating {', '.join(sorted(self.sources)) or 'nothing'}>"
+
+
+def _indexer(backend: str, count: int, streams: StreamOps | None) -> Callable[..., int]:
+    """``index(device=None)`` of a backend with ``count`` devices: the current device for None or a
+    negative int, the index of an int, string or ``torch.device`` (:class:`InvalidDeviceError` beyond
+    ``count``). A closure over the values, not a method: the fronted functions call it on each call."""
+    def no_current() -> int:
+        raise TorchDeviceError(f"backend {backend!r} has no stream operations, so no current device")
+
+    current = streams.current_device if streams is not None else no_current
+
+    def index(device: Device = None) -> int:
+        if device is None:
+            return current()
+        if type(device) is int:
+            if device < 0:
+                return current()
+            if device < count:
+                return device
+            raise InvalidDeviceError(device, count, backend)
+        return parse_index(device, current(), count, backend)
+
+    return index
+
 
 _lock = threading.RLock()
 _records: dict[str, BackendRecord] | None = None
-_active: ActiveBackend | None = None
+_active: Target | None = None
 #: backends that failed to resolve since the last invalidate(), with the reason: every record
 #: built until then (discovery may be rebuilt, uncached, after a named selection) reports them
 _unresolvable: dict[str, str] = {}
@@ -147,7 +238,7 @@ def _priority_overrides() -> dict[str, int]:
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
-def _spec_problem(spec) -> str | None:
+def _spec_problem(spec: object) -> str | None:
     """What is wrong with a declared backend, or None (checked where plugins hand it over)."""
     if not isinstance(spec, BackendSpec):
         return f"returned {spec!r}, not a BackendSpec"
@@ -162,7 +253,7 @@ def _spec_problem(spec) -> str | None:
     return None
 
 
-def _known_device_type(device_type, privateuse1: bool = False) -> bool:
+def _known_device_type(device_type: object, privateuse1: bool = False) -> bool:
     if not isinstance(device_type, str) or ":" in device_type:
         return False
     import torch
@@ -342,7 +433,7 @@ _EXPECTED = {"device_count": int, "memory": MemoryOps, "streams": StreamOps, "rn
              "collectives": CollectiveOps}
 
 
-def _ask(name: str, owner: str, hook: str, errors: list, **extra):
+def _ask(name: str, owner: str, hook: str, errors: list[plugins.Problem], **extra: Any) -> tuple[str | None, Any]:
     """Ask the plugin that declared backend ``name`` (others cannot answer for it); a plugin
     implementing the hook elsewhere is asked only when the owner has no implementation."""
     plugin, result = plugins.call_owner(hook, owner, errors, name=name, **extra)
@@ -351,7 +442,7 @@ def _ask(name: str, owner: str, hook: str, errors: list, **extra):
     return plugin, result
 
 
-def _resolve(name: str) -> ActiveBackend:
+def _resolve(name: str) -> Target:
     errors: list = []
     found = {}
     record = _named_records(name)[name]
@@ -363,18 +454,18 @@ def _resolve(name: str) -> ActiveBackend:
             raise BackendUnavailableError(name, f"torchdevice_{hook} failed: {why}", [])
         if not isinstance(found[hook], expected) or isinstance(found[hook], bool):
             why = f"returned {found[hook]!r}, not a {expected.__name__}"
-            plugins.report(plugins.Problem(plugin, f"torchdevice_{hook}", why))
+            plugins.report(plugins.Problem(cast(str, plugin), f"torchdevice_{hook}", why))  # it answered: named
             raise BackendUnavailableError(name, f"torchdevice_{hook} of plugin {plugin!r} {why}", [])
     if found["device_count"] < 1:
         why = f"torchdevice_device_count of plugin {owner!r} returned {found['device_count']}, not at least 1"
         plugins.report(plugins.Problem(owner, "torchdevice_device_count", why))
         raise BackendUnavailableError(name, why, [])
-    spec = BackendSpec(name, cast(str, record.device_type), cast(int, record.priority))  # a declared backend's
-    return ActiveBackend(spec, int(found["device_count"]), found["memory"], found["streams"], found["rng"],
-                         found["collectives"], owner=owner)
+    # a declared backend's record has a device type and a priority
+    return Target(name, cast(str, record.device_type), int(found["device_count"]), found["memory"], found["streams"],
+                  found["rng"], found["collectives"], priority=cast(int, record.priority), owner=owner)
 
 
-def active() -> ActiveBackend:
+def active() -> Target:
     """The active backend, resolving and caching it on first use."""
     backend = _active
     if backend is not None:
@@ -382,7 +473,7 @@ def active() -> ActiveBackend:
     return _activate()
 
 
-def _activate() -> ActiveBackend:
+def _activate() -> Target:
     global _active
     with _lock:
         if _active is not None:
@@ -408,7 +499,7 @@ def _activate() -> ActiveBackend:
             for record in _named_records(name).values():
                 record.selected = record.name == name
             if source == "priority":
-                _passed_over.extend(_broken_above(backend.spec.priority))
+                _passed_over.extend(_broken_above(backend.priority))
             _active = backend
             return backend
         raise TorchDeviceError("no torchdevice backend could be resolved: " + "; ".join(failures))

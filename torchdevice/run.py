@@ -62,6 +62,14 @@ import os
 import sys
 import time
 import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .trace import APIUse
+    from .translate import Target
+
+    #: a prepared program: its code and the ``__main__`` module it runs in
+    Prepared = tuple[types.CodeType, types.ModuleType]
 
 EXIT_USAGE = 2
 
@@ -143,7 +151,7 @@ def infer_source(path: str) -> tuple[str | None, str]:
 
 
 def _activate(backend: str | None, source: str | None = None, devices: int | None = None,
-              program: str | None = None):
+              program: str | None = None) -> Target:
     """Select ``backend`` (if given), turn translation on, export it to children; return the Target.
 
     ``source`` / ``devices``: ``--source`` / ``--devices`` (exported as
@@ -176,16 +184,16 @@ def _activate(backend: str | None, source: str | None = None, devices: int | Non
             source, how = translate.DEFAULT_SOURCE, "the default"
     target = translate.patch(source=source)
     for note in router.passed_over():  # once: children get the chosen backend by name
-        print(f"torchdevice run: warning: automatic selection chose {target.backend!r} after passing over {note}",
+        print(f"torchdevice run: warning: automatic selection chose {target.name!r} after passing over {note}",
               file=sys.stderr)
     # children: same backend, same source family, and never opted out
-    os.environ[router.ENV_BACKEND] = target.backend
+    os.environ[router.ENV_BACKEND] = target.name
     os.environ[translate.ENV_SOURCE] = target.source
     if os.environ.get(autoload.ENV_AUTO, "").strip().lower() in autoload._FALSE:
         del os.environ[autoload.ENV_AUTO]
     trace.configure_logging()
     trace.logger.info("torchdevice run: translating %s to backend %r (%s); source family %s (%s), %d device(s)",
-                      ", ".join(sorted(target.sources)), target.backend, target.device_type, target.source, how,
+                      ", ".join(sorted(target.sources)), target.name, target.device_type, target.source, how,
                       target.device_count)
     return target
 
@@ -230,8 +238,8 @@ def run(target_name: str, argv: list[str], *, module: bool = False, backend: str
         sys.modules["__main__"] = main_module
         exec(code, main_module.__dict__)
     except SystemExit as exc:
-        code = exc.code
-        status = 0 if code is None else code if isinstance(code, int) else 1
+        exit_code = exc.code
+        status = 0 if exit_code is None else exit_code if isinstance(exit_code, int) else 1
         raise
     except KeyboardInterrupt:
         status = 130  # what a shell reports for a Python killed by SIGINT
@@ -251,7 +259,7 @@ def run(target_name: str, argv: list[str], *, module: bool = False, backend: str
 # -- preparing the program --------------------------------------------------------------
 
 
-def _prepare_script(path: str, argv: list[str]):
+def _prepare_script(path: str, argv: list[str]) -> Prepared | int:
     if os.path.isdir(path) or (os.path.isfile(path) and not path.endswith(".py") and _is_zip(path)):
         return _prepare_runpy_path(path, argv)
     abspath = os.path.abspath(path)
@@ -294,7 +302,7 @@ def _is_zip(path: str) -> bool:
     return zipfile.is_zipfile(path)
 
 
-def _prepare_runpy_path(path: str, argv: list[str]):
+def _prepare_runpy_path(path: str, argv: list[str]) -> Prepared:
     """A directory or zip file with ``__main__.py``: run through runpy, as Python does."""
     sys.argv[:] = [path, *argv]
     if not getattr(sys.flags, "safe_path", False):
@@ -305,7 +313,7 @@ def _prepare_runpy_path(path: str, argv: list[str]):
     return code, main_module
 
 
-def _prepare_module(name: str, argv: list[str]):
+def _prepare_module(name: str, argv: list[str]) -> Prepared | int:
     import runpy
 
     _set_path0(os.getcwd())
@@ -370,7 +378,7 @@ def _display_site(site: str, cwd: str) -> str:
     return f"{filename}:{line}"
 
 
-def _other_family_of(api: str, target) -> str | None:
+def _other_family_of(api: str, target: Target) -> str | None:
     """The translated family ``api`` belongs to when it is not the source (``torch.xpu.manual_seed_all``
     in a CUDA program: ``"xpu"``), else None."""
     parts = api.split(".")
@@ -380,7 +388,7 @@ def _other_family_of(api: str, target) -> str | None:
     return family if family in target.sources and family != target.source else None
 
 
-def _other_family_probe(api: str, target) -> str | None:
+def _other_family_probe(api: str, target: Target) -> str | None:
     """The family ``api`` probes for a device when that family is translated but not the source
     (``torch.xpu.is_available`` in a CUDA program: ``"xpu"``), else None."""
     from . import trace
@@ -392,7 +400,7 @@ def _other_family_probe(api: str, target) -> str | None:
     return _other_family_of(api, target)
 
 
-def _probes_per_family(calls: dict[str, int], target) -> dict[str, int]:
+def _probes_per_family(calls: dict[str, int], target: Target) -> dict[str, int]:
     found: dict[str, int] = {}
     for api, n in calls.items():
         family = _other_family_probe(api, target) or api.split(".")[-2]
@@ -400,14 +408,14 @@ def _probes_per_family(calls: dict[str, int], target) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
-def _api_entry(use, cwd: str, via: str | None = None) -> dict:
+def _api_entry(use: APIUse, cwd: str, via: str | None = None) -> dict:
     handled, note = _split_how(use.how)
     sites = [{"site": _display_site(site, cwd), "calls": n} for site, n in use.sites.most_common()]
     entry = {"api": use.api, "handled": handled, "note": note, "calls": use.calls, "sites": sites}
     return {"via": via, **entry} if via is not None else entry
 
 
-def report_dict(target, command: list[str], module: bool, status: int, duration: float,
+def report_dict(target: Target, command: list[str], module: bool, status: int, duration: float,
                 cwd: str | None = None) -> dict:
     """The report as a JSON-ready dict (see :func:`write_report`); sites are shown relative to ``cwd``."""
     from . import __version__, trace
@@ -432,7 +440,7 @@ def report_dict(target, command: list[str], module: bool, status: int, duration:
     return {
         "torchdevice": __version__,
         "command": (["python", "-m"] if module else ["python"]) + list(command),
-        "backend": target.backend,
+        "backend": target.name,
         "device_type": target.device_type,
         "translated_sources": sorted(target.sources),
         "source": target.source,
@@ -537,7 +545,8 @@ def write_report(path: str, data: dict) -> None:
         f.write(text)
 
 
-def _write_report_safely(path, target, command, module, status, duration, cwd) -> None:
+def _write_report_safely(path: str, target: Target, command: list[str], module: bool, status: int,
+                         duration: float, cwd: str | None) -> None:
     try:
         write_report(path, report_dict(target, command, module, status, duration, cwd))
     except Exception as exc:  # never mask the program's own outcome

@@ -18,9 +18,14 @@ The names are re-exported by :mod:`torchdevice.backend`, where plugins import th
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, TypeVar
 
 from .errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from .backend import Ops
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
 class Status(str, enum.Enum):
@@ -43,7 +48,7 @@ STATUS_ATTR = "__torchdevice_status__"
 
 
 def _tag(status: Status, note: str) -> Callable:
-    def mark(fn):
+    def mark(fn: _Fn) -> _Fn:
         setattr(fn, STATUS_ATTR, (status, note))
         return fn
 
@@ -73,7 +78,7 @@ def noop(note: str = "") -> Callable:
 def unsupported(op: str, instead: str = "") -> Callable:
     """Build an operation that raises UnsupportedError naming ``op`` and the backend."""
 
-    def operation(self, *args, **kwargs):
+    def operation(self: Ops, *args: object, **kwargs: object) -> NoReturn:
         raise UnsupportedError(op, self.backend, instead)
 
     operation.__name__ = op

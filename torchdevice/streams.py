@@ -20,11 +20,14 @@ import itertools
 import os
 import threading
 import time
-from typing import ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from .backend import EventInterface, StreamInterface, StreamOps, emulated, noop
 from .errors import ConfigError, UnsupportedError
 from .vocabulary import RealDevice, index_in, parse_index  # noqa: F401  (index_in: re-exported, its old home)
+
+if TYPE_CHECKING:
+    from torch.types import Device
 
 _state = threading.local()
 _default_streams: dict[tuple[type, int], "HostStream"] = {}
@@ -77,7 +80,7 @@ def host_device_count() -> int:
         return 1
 
 
-def _stacks() -> dict:
+def _stacks() -> dict[tuple[str, int], HostStream]:
     # per-thread: (backend, index) -> current stream; backend -> current device
     try:
         return _state.current
@@ -118,7 +121,7 @@ class HostStream(StreamInterface):
     _event_class: ClassVar[type | None] = None  #: set by HostStreamOps subclasses (see there)
     _ids: ClassVar = itertools.count(1)
 
-    def __init__(self, device=None, priority: int = 0, **kwargs):
+    def __init__(self, device: Device = None, priority: int = 0, **kwargs: object) -> None:
         if kwargs.get("stream_id") == 0:
             self.stream_id = 0  # the default stream
         elif kwargs:
@@ -134,10 +137,10 @@ class HostStream(StreamInterface):
         # CUDA clamps priorities into priority_range(); a host backend has one level only
         lo, hi = self.priority_range()
         self.priority = min(max(int(priority), hi), lo)
-        self._saved: list = []
+        self._saved: list[tuple[int, HostStream]] = []
 
     @property
-    def device(self):
+    def device(self) -> RealDevice:
         """The device the backend's tensors have, so ``stream.device == tensor.device`` holds.
 
         On a backend whose tensors live in host memory (``device_type == "cpu"``) that is plain
@@ -166,15 +169,15 @@ class HostStream(StreamInterface):
     def synchronize(self) -> None:
         return None
 
-    def wait_event(self, event) -> None:
+    def wait_event(self, event: EventInterface) -> None:
         """Make later work wait for ``event``: already true on a synchronous host."""
         event.synchronize()
 
-    def wait_stream(self, stream) -> None:
+    def wait_stream(self, stream: StreamInterface) -> None:
         """Make later work wait for ``stream``'s work so far."""
         stream.synchronize()
 
-    def record_event(self, event=None):
+    def record_event(self, event: EventInterface | None = None) -> EventInterface:
         """Record ``event`` (a new one if None) on this stream and return it."""
         event = event if event is not None else self.event_class()()
         event.record(self)
@@ -186,19 +189,19 @@ class HostStream(StreamInterface):
         its :class:`HostStreamOps` (so it is the namespace's ``torch.cuda.Event``)."""
         return cls._event_class or HostEvent
 
-    def __enter__(self):
+    def __enter__(self) -> HostStream:
         self._saved.append((current_device_of(self.backend), current_stream_of(self.backend, self.device_index)))
         set_current_device_of(self.backend, self.device_index)
         set_current_stream(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         device, stream = self._saved.pop()
         set_current_stream(stream)
         set_current_device_of(self.backend, device)
         return False
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, HostStream)
             and other.backend == self.backend
@@ -226,7 +229,7 @@ class HostEvent(EventInterface):
     #: the Stream class :meth:`record` defaults to; set by :class:`HostStreamOps` subclasses (pairing)
     stream_class: ClassVar[type] = HostStream
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         if interprocess:
             raise UnsupportedError(
                 "Event(interprocess=True)", self.backend, "share results through torch.multiprocessing instead"
@@ -234,14 +237,14 @@ class HostEvent(EventInterface):
         self.enable_timing = bool(enable_timing)
         self.blocking = bool(blocking)
         self._time_ns: int | None = None
-        self._stream: HostStream | None = None
+        self._stream: StreamInterface | None = None
 
     @property
-    def device(self):
+    def device(self) -> RealDevice | None:
         """The device of the stream this event was last recorded on; None before its first record."""
         return None if self._stream is None else self._stream.device
 
-    def record(self, stream=None) -> None:
+    def record(self, stream: StreamInterface | None = None) -> None:
         """Record the event on ``stream`` (default: the current stream)."""
         if stream is None:
             stream = current_stream_of(self.backend, current_device_of(self.backend))
@@ -249,7 +252,7 @@ class HostEvent(EventInterface):
         self._stream = stream
         self._time_ns = time.perf_counter_ns()
 
-    def wait(self, stream=None) -> None:
+    def wait(self, stream: StreamInterface | None = None) -> None:
         """Make ``stream``'s later work wait for this event: already true on a synchronous host."""
         self.synchronize()
 
@@ -317,7 +320,7 @@ class HostStreamOps(StreamOps):
     Stream: ClassVar[type[HostStream]] = HostStream
     Event: ClassVar[type[HostEvent]] = HostEvent
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         # Pair the subclass's own Stream and Event classes (record_event() makes this Event,
         # Event.record() defaults to this Stream), unless a class already says otherwise.
         super().__init_subclass__(**kwargs)
@@ -335,7 +338,7 @@ class HostStreamOps(StreamOps):
         if event is not HostEvent and "stream_class" not in vars(event):
             event.stream_class = stream
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str) -> None:
         super().__init__(backend)
         # Per-thread state is keyed by the stream classes' backend: a plugin reusing another
         # backend's classes (CPUStreams under its own name) shares that state consistently.
@@ -354,15 +357,15 @@ class HostStreamOps(StreamOps):
         return None
 
     @emulated("per-thread current stream, as CUDA's")
-    def current_stream(self, index: int):
+    def current_stream(self, index: int) -> HostStream:
         return current_stream_of(self.Stream.backend, index)
 
     @emulated("one default stream per device, shared by all threads")
-    def default_stream(self, index: int):
+    def default_stream(self, index: int) -> HostStream:
         return default_stream_of(self.Stream, index)
 
     @emulated("per-thread current stream, as CUDA's")
-    def set_stream(self, stream) -> None:
+    def set_stream(self, stream: StreamInterface) -> None:
         if not isinstance(stream, self.Stream):
             raise TypeError(
                 f"set_stream expects a {self.backend} stream ({self.Stream.__qualname__}), got {stream!r}"

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, ClassVar, Iterable, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, SupportsInt, TypeVar, cast
 
 from .backend import (
     CUDA_PROPERTY_FIELDS,
@@ -53,6 +53,7 @@ from .backend import (
     Ops,
     RNGOps,
     Status,
+    StreamInterface,
     StreamOps,
     emulated,
     translated,
@@ -99,6 +100,11 @@ NAMESPACE_NAMES: tuple[str, ...] = (
     "set_rng_state", "default_generators", "_get_default_mps_generator",
 )
 
+if TYPE_CHECKING:
+    import torch
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
 CALLS_ATTR = "__torchdevice_calls__"
 _NS_PLACEHOLDER = "<namespace>"
 
@@ -111,7 +117,7 @@ class NamespaceView:
     namespace. ``label`` (``"torch.cuda"``) is used in messages and tags.
     """
 
-    def __init__(self, module: Any, names: Iterable[str] = NAMESPACE_NAMES, label: str | None = None):
+    def __init__(self, module: Any, names: Iterable[str] = NAMESPACE_NAMES, label: str | None = None) -> None:
         self.label = label or getattr(module, "__name__", None) or type(module).__name__
         self.module = module
         attrs = {}
@@ -131,7 +137,7 @@ class NamespaceView:
     def names(self) -> frozenset:
         return frozenset(self._attrs)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
         try:
@@ -143,12 +149,12 @@ class NamespaceView:
         return f"<NamespaceView of {self.label}: {len(self._attrs)} names>"
 
 
-def discard(_result) -> None:
+def discard(_result: object) -> None:
     """Converter for :func:`calls`: the API returns ``None`` whatever torch returned."""
     return None
 
 
-def int_pair(result) -> tuple[int, int]:
+def int_pair(result: Iterable[SupportsInt]) -> tuple[int, int]:
     """Converter for :func:`calls`: a pair of ``int`` (``mem_get_info``)."""
     first, second = result
     return int(first), int(second)
@@ -172,7 +178,7 @@ def calls(
     defaults to ``torch.<ns>.function``.
     """
 
-    def operation(self, *args):
+    def operation(self: TorchOps, *args: Any) -> Any:
         fn = getattr(self.ns, function, None)
         if fn is None:
             raise UnsupportedError(operation.__name__, self.backend, f"{self.ns.label} has no {function}")
@@ -196,7 +202,7 @@ def uses(function: str) -> Callable:
     note gets the namespace's real name in place of ``<namespace>``.
     """
 
-    def mark(fn):
+    def mark(fn: _Fn) -> _Fn:
         setattr(fn, CALLS_ATTR, function)
         return fn
 
@@ -218,11 +224,11 @@ def _finish_calls(cls: type) -> None:
 class TorchOps(Ops):
     """Mixin for family objects over a namespace: holds ``ns``, the :class:`NamespaceView`."""
 
-    def __init__(self, backend: str, ns: NamespaceView):
+    def __init__(self, backend: str, ns: NamespaceView) -> None:
         self.ns = ns
         super().__init__(backend)
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _finish_calls(cls)
 
@@ -254,7 +260,7 @@ def bind_ops(cls: type[TorchOps], ns: NamespaceView) -> type[TorchOps]:
                 continue
             status, note = getattr(fn, STATUS_ATTR)
 
-            def copy(self, *args, _fn=fn, **kwargs):
+            def copy(self: TorchOps, *args: Any, _fn: Callable[..., Any] = fn, **kwargs: Any) -> Any:
                 return _fn(self, *args, **kwargs)
 
             copy.__name__ = copy.__qualname__ = op
@@ -289,7 +295,7 @@ class TorchMemory(TorchOps, MemoryOps):
 class TorchStreams(TorchOps, StreamOps):
     """Streams family: the namespace's own ``Stream``/``Event`` classes and current-stream state."""
 
-    def __init__(self, backend: str, ns: NamespaceView):
+    def __init__(self, backend: str, ns: NamespaceView) -> None:
         super().__init__(backend, ns)
         self.Stream = getattr(ns, "Stream", None)  # type: ignore[misc]  # (the namespace's own classes)
         self.Event = getattr(ns, "Event", None)  # type: ignore[misc]
@@ -315,7 +321,7 @@ class TorchRNG(TorchOps, RNGOps):
 
     @uses("default_generators")
     @translated("<namespace>.default_generators[index]")
-    def default_generator(self, index: int):
+    def default_generator(self, index: int) -> torch.Generator:
         # Read live, not from the view's snapshot: torch.cuda's tuple is empty until CUDA
         # initialises, and its own functions (manual_seed ...) initialise it the same way.
         module = self.ns.module
@@ -331,7 +337,7 @@ class TorchCollectives(DeviceComm):
     namespace's device type (:class:`torchdevice.collectives.DeviceComm`), and the
     ``torch.distributed`` engine that carries its tensors."""
 
-    def __init__(self, backend: str, device_type: str, dist_backend: str | None):
+    def __init__(self, backend: str, device_type: str, dist_backend: str | None) -> None:
         super().__init__(backend)
         self.device_type = device_type  # type: ignore[misc]  # (one class, every namespace's device type)
         self.dist_backend = dist_backend
@@ -364,7 +370,7 @@ class TorchNamespaceBackend(Backend):
     collectives_class: ClassVar[type] = TorchCollectives
     extra_names: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, namespace_module: Any = None):
+    def __init__(self, namespace_module: Any = None) -> None:
         if namespace_module is None:
             namespace_module = importlib.import_module(f"torch.{self.namespace}")
             label = f"torch.{self.namespace}"
@@ -434,7 +440,7 @@ class TorchNamespaceBackend(Backend):
         return self.collectives_class(self.name, self.device_type, self.dist_backend)
 
 
-def _other_cuda_fields(raw) -> dict:
+def _other_cuda_fields(raw: object) -> dict:
     """The CUDA property fields besides the ones read above that ``raw`` has under CUDA's names."""
     found: dict[str, object] = {}
     for name in CUDA_PROPERTY_FIELDS:
@@ -453,7 +459,7 @@ def _other_cuda_fields(raw) -> dict:
     return found
 
 
-def _opt_int(value) -> int | None:
+def _opt_int(value: SupportsInt | None) -> int | None:
     return None if value is None else int(value)
 
 
@@ -463,7 +469,7 @@ def _torch_version() -> str:
     return torch.__version__
 
 
-def first_thread_stream(streams: TorchStreams, index: int):
+def first_thread_stream(streams: TorchStreams, index: int) -> StreamInterface:
     """The current stream of a thread that never set one: what that thread starts on.
 
     Used as the default stream by namespaces that have no ``default_stream``
@@ -472,7 +478,7 @@ def first_thread_stream(streams: TorchStreams, index: int):
     """
     box: dict[str, Any] = {}
 
-    def probe():
+    def probe() -> None:
         try:
             box["stream"] = streams.ns.current_stream(index)
         except BaseException as exc:  # re-raised in the caller's thread
@@ -491,7 +497,7 @@ class FirstThreadDefaultStream:
 
     @uses("current_stream")
     @emulated("the stream a thread starts on (<namespace>.current_stream in a fresh thread)")
-    def default_stream(self, index: int):
+    def default_stream(self, index: int) -> StreamInterface:
         cache = self.__dict__.setdefault("_default_streams", {})
         stream = cache.get(index)
         if stream is None:

@@ -14,9 +14,10 @@ touched attribute exactly (identity):
 * :mod:`torchdevice.amp` -- autocast and GradScaler for the source device types;
 * :mod:`torchdevice.distributed` -- ``init_process_group("nccl")`` and friends.
 
-The :class:`Target` passed to installers is an immutable snapshot of the
-active backend, rebuilt when :func:`torchdevice.use` changes it (translation
-is then re-installed).
+The :class:`~torchdevice.router.Target` passed to installers is the active
+backend's snapshot with the translation options set
+(:meth:`~torchdevice.router.Target.translating`), made again when
+:func:`torchdevice.use` changes backend (translation is then re-installed).
 
 The *source family* (:attr:`Target.source`) is the device type the program is
 written for: ``cuda`` unless ``TORCHDEVICE_SOURCE`` or ``patch(source=...)``
@@ -28,26 +29,19 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import os
 import threading
-from typing import Iterator, NamedTuple, cast
+from types import ModuleType
+from typing import Any, Callable, Iterator, cast
 
 from . import boundary, router
 from ._patching import Patcher
 from .errors import ConfigError
+from .router import Target
 from .vocabulary import SOURCE_FAMILIES
 
 SOURCE_TYPES = SOURCE_FAMILIES  # its old name here: the families whose code torchdevice translates
 
-#: Installer modules, in order. Each has ``install(patcher, target)``.
-INSTALLERS = (
-    "torchdevice.devices",
-    "torchdevice.namespaces",
-    "torchdevice.amp",
-    "torchdevice.distributed",
-    "torchdevice.boundary",
-)
 
 ENV_REPORT_AVAILABLE = "TORCHDEVICE_REPORT_AVAILABLE"
 ENV_SOURCE = "TORCHDEVICE_SOURCE"
@@ -58,31 +52,25 @@ DEFAULT_SOURCE = "cuda"
 #: backend name -> ``install(patcher, target)`` run after the installers when that backend is the
 #: target: for a backend computing in its own tensor type (mlx registers one on import). Changes
 #: are staged until every installer has run: read what you wrap with ``patcher.get(obj, name)``.
-TRANSLATION_HOOKS: dict = {}
-
-
-class Target(NamedTuple):
-    """Where translated code runs: a snapshot of the active backend."""
-
-    backend: str  #: the backend's name, e.g. ``"cpu"``, ``"mlx"``, ``"cuda"``
-    device_type: str  #: torch device type its tensors live on
-    device_count: int
-    sources: frozenset  #: device types translated to ``device_type``
-    report_available: bool  #: what ``torch.cuda.is_available()`` etc. answer on an accelerator-less target
-    #: the family the program is written for: the only fronted namespace whose ``is_available()`` is True
-    source: str = DEFAULT_SOURCE
-
-    @property
-    def indexed(self) -> bool:
-        """Whether target devices carry an index (``cpu`` tensors have none)."""
-        return self.device_type != "cpu"
+TRANSLATION_HOOKS: dict[str, Callable[[Patcher, Target], None]] = {}
 
 
 _lock = threading.RLock()
 _patcher: Patcher | None = None
 _target: Target | None = None
-_options: dict = {}
+_options: dict[str, Any] = {}
 _imports: boundary.TorchImports | None = None
+
+
+def installers() -> tuple[ModuleType, ...]:
+    """The installer modules, in order; each has ``install(patcher, target)`` (and may have ``uninstall()``).
+
+    Imported by the first :func:`patch`, not by ``import torchdevice``: they build the namespace
+    table and import ``torch.distributed``, which a program that never translates does not pay for.
+    """
+    from . import amp, devices, distributed, namespaces
+
+    return (devices, namespaces, amp, distributed, boundary)
 
 
 def _report_available_default() -> bool:
@@ -94,7 +82,7 @@ def _report_available_default() -> bool:
     raise ValueError(f"{ENV_REPORT_AVAILABLE} must be 1 or 0 (true/false), got {raw!r}")
 
 
-def check_source(value, origin: str = "source") -> str:
+def check_source(value: Any, origin: str = "source") -> str:
     """``value`` as a source family (``cuda``, ``mps``, ``xpu``, ``mtia``; any case), or :class:`ConfigError`."""
     name = value.strip().lower() if isinstance(value, str) else value
     if name not in SOURCE_FAMILIES:
@@ -109,12 +97,12 @@ def source_default() -> str:
 
 
 def make_target(report_available: bool | None = None, source: str | None = None) -> Target:
+    """The active backend as translation's target, with the options (None: their environment defaults)."""
     source = source_default() if source is None else check_source(source)
     backend = router.active()
     if report_available is None:
         report_available = _report_available_default()
-    sources = frozenset(t for t in SOURCE_FAMILIES if t != backend.device_type)
-    return Target(backend.name, backend.device_type, backend.device_count, sources, report_available, source)
+    return backend.translating(report_available, source)
 
 
 def target() -> Target | None:
@@ -123,6 +111,7 @@ def target() -> Target | None:
 
 
 def is_patched() -> bool:
+    """Whether translation is on."""
     return _patcher is not None
 
 
@@ -183,11 +172,10 @@ def patch(*, report_available: bool | None = None, source: str | None = None) ->
         patcher = Patcher()
         patcher.stage()  # torch is changed only by the commit, all at once
         try:
-            for name in INSTALLERS:
-                module = importlib.import_module(name)
+            for module in installers():
                 module.install(patcher, new_target)
             # a backend computing in its own tensor type (mlx) hooks factories and .to here
-            extra = TRANSLATION_HOOKS.get(new_target.backend)
+            extra = TRANSLATION_HOOKS.get(new_target.name)
             if extra is not None:
                 extra(patcher, new_target)
         except BaseException:
@@ -215,8 +203,7 @@ def _unpatch_locked() -> None:
 
         integrations.deactivate()
         _patcher.restore()
-        for name in INSTALLERS:
-            module = importlib.import_module(name)
+        for module in installers():
             uninstall = getattr(module, "uninstall", None)
             if uninstall is not None:
                 uninstall()

@@ -154,6 +154,7 @@ def test_lightning_16_mixed_is_float16_with_a_real_scaler(tmp_path, accelerator,
     assert_loads_natively(run["saved"]["checkpoint"], run["saved"]["param_sum"])
 
 
+@pytest.mark.subprocess  # by hand: lightning_run's default run= (translated) starts it, which tests/spawning.py does not follow
 @pytest.mark.parametrize("capability, hint", [("8.0", True), ("7.5", False)])
 def test_lightning_matmul_precision_hint_follows_translated_capability(tmp_path, capability, hint):
     """CUDA's accelerator suggests torch.set_float32_matmul_precision on an Ampere-class GPU: asked of

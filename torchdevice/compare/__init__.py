@@ -36,6 +36,10 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from . import report
 
 EXIT_DIVERGED = 1
 EXIT_USAGE = 2
@@ -165,7 +169,8 @@ def _compare_tests(command: list[str], backends: tuple[str, str], args: list[str
     return EXIT_DIVERGED if first is not None else 0
 
 
-def _lockstep(program: list[str], module: bool, backend: str, ref_device_type: str, collector, rtol, atol) -> int:
+def _lockstep(program: list[str], module: bool, backend: str, ref_device_type: str, collector: report.Collector,
+              rtol: float | None, atol: float | None) -> int:
     import torch
 
     import torchdevice

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -29,7 +30,7 @@ class _Recorder(ModuleTracker):
         self.calls: dict[str, int] = {}
         self.limit = limit
 
-    def _post(self, module, args, output) -> None:
+    def _post(self, module: torch.nn.Module, args: tuple[Any, ...], output: object) -> None:
         path = self.path
         super()._post(module, args, output)
         if len(self.records) >= self.limit:

@@ -10,7 +10,7 @@ import shlex
 _COLUMNS = ("op", "module", "location", "phase", "calls", "over_tolerance", "max_abs", "max_rel", "cosine", "ulp")
 
 
-def _num(value) -> str:
+def _num(value: object) -> str:
     if isinstance(value, str):
         return value
     if value is None:
@@ -22,7 +22,7 @@ def _num(value) -> str:
     return str(value)
 
 
-def _cell(text) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -108,7 +108,7 @@ def _module_columns(data: dict) -> tuple[str, ...]:
     return ("module", count, "over_tolerance", "max_abs", "max_rel", "cosine", "ulp")
 
 
-def _sort_value(value) -> float:
+def _sort_value(value: str | float | None) -> float:
     if isinstance(value, str):
         return math.inf if value == "inf" else math.nan if value == "nan" else 0.0
     return float(value or 0.0)

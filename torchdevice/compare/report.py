@@ -13,6 +13,7 @@ The report (JSON-ready dict) has:
 from __future__ import annotations
 
 import math
+from typing import cast
 
 _METRICS = ("max_abs", "max_rel", "cosine", "ulp")
 
@@ -70,7 +71,7 @@ class Collector:
                 "reference_failed": self.reference_failed, "reference_failed_ops": dict(self.failures)}
 
 
-def _clean(value):
+def _clean(value: object) -> object:
     """JSON has no infinity: inf/nan become strings."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -95,7 +96,7 @@ def report_dict(*, command: list[str], backends: tuple[str, str], level: str, co
         first, ops, module_rows = module_first, [], modules or []
         summary = {"modules_compared": len(module_rows),
                    "modules_over_tolerance": sum(1 for m in module_rows if m.get("over_tolerance"))}
-    return _clean({
+    return cast(dict, _clean({
         "torchdevice": __version__,
         "command": command,
         "reference": backends[0],
@@ -109,7 +110,7 @@ def report_dict(*, command: list[str], backends: tuple[str, str], level: str, co
         "whole_run": whole_run,
         "ops": ops,
         "modules": module_rows,
-    })
+    }))
 
 
 def diverged(data: dict) -> bool:

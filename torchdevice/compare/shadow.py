@@ -28,8 +28,11 @@ import sys
 import sysconfig
 import types
 import weakref
+from collections.abc import Collection
+from typing import Any, Callable
 
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -55,10 +58,10 @@ def _excluded_dirs() -> tuple[str, ...]:
 
 
 _EXCLUDED: tuple[str, ...] | None = None
-_OURS: dict = {}  # code object -> whether its file is torch's, torchdevice's (or a plugin's), the stdlib's
+_OURS: dict[types.CodeType, bool] = {}  # code object -> whether its file is torch's, torchdevice's (or a plugin's), the stdlib's
 
 
-def _is_ours(code) -> bool:
+def _is_ours(code: types.CodeType) -> bool:
     global _EXCLUDED
     found = _OURS.get(code)
     if found is None:
@@ -73,7 +76,7 @@ def _is_ours(code) -> bool:
     return found
 
 
-def program_frame(skip: int = 1):
+def program_frame(skip: int = 1) -> types.FrameType | None:
     """The innermost frame of the program (not torch's, torchdevice's, a plugin's or the stdlib's), or None."""
     frame: types.FrameType | None = sys._getframe(skip)
     while frame is not None and _is_ours(frame.f_code):
@@ -159,14 +162,14 @@ class ModuleTracker:
             frame = frame.f_back
         return type(module).__name__.lower()
 
-    def _pre(self, module, args) -> None:
+    def _pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         self.stack.append(self._name_of(module))
         self._modules.append(module)
         if self.tag_graph:
             leaves, _ = tree_flatten(args)
             self._inputs.append({id(t.grad_fn) for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None})
 
-    def _post(self, module, args, output) -> None:
+    def _post(self, module: torch.nn.Module, args: tuple[Any, ...], output: object) -> None:
         while self._modules:
             top = self._modules.pop()
             path = self.stack.pop()
@@ -177,7 +180,7 @@ class ModuleTracker:
                 break
 
 
-def _tag_graph(output, stop: set, path: str) -> None:
+def _tag_graph(output: object, stop: set[int], path: str) -> None:
     """Mark the autograd nodes a module call made (from its outputs back to its inputs) with its path, so that
     the backward ops they run are named after the module (inner modules, finishing first, keep their own)."""
     leaves, _ = tree_flatten(output)
@@ -202,7 +205,7 @@ _MODULE_KEY = "torchdevice_compare_module"
 class ShadowMode(TorchDispatchMode):
     """Run every ATen op on the reference device too and hand the comparison to ``record(entry)``."""
 
-    def __init__(self, ref_device: torch.device, record, tracker: ModuleTracker | None = None,
+    def __init__(self, ref_device: torch.device, record: Callable[[dict], None], tracker: ModuleTracker | None = None,
                  rtol: float | None = None, atol: float | None = None) -> None:
         super().__init__()
         self.ref_device = ref_device
@@ -211,7 +214,7 @@ class ShadowMode(TorchDispatchMode):
         self.rtol, self.atol = rtol, atol
         self.index = 0
 
-    def _to_ref(self, x):
+    def _to_ref(self, x: object) -> object:
         if not isinstance(x, torch.Tensor):
             return x
         src = x.detach()
@@ -220,7 +223,8 @@ class ShadowMode(TorchDispatchMode):
             ref = ref.clone()
         return ref
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: OpOverload, types: Collection[type], args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         skip = self._skip_reason(func)
         if skip is not None:
@@ -259,7 +263,7 @@ class ShadowMode(TorchDispatchMode):
         return out
 
     @staticmethod
-    def _skip_reason(func) -> str | None:
+    def _skip_reason(func: OpOverload) -> str | None:
         if func.namespace != "aten":
             return "not aten"
         if _NONDET is not None and _NONDET in func.tags:
@@ -284,7 +288,7 @@ class ShadowMode(TorchDispatchMode):
     def _phase() -> str:
         return "backward" if torch._C._current_autograd_node() is not None else "forward"
 
-    def _compare(self, entry: dict, func, args, out, ref_out) -> dict:
+    def _compare(self, entry: dict, func: OpOverload, args: tuple[Any, ...], out: object, ref_out: object) -> dict:
         outs, _ = tree_flatten(out)
         refs, _ = tree_flatten(ref_out)
         found: dict | None = None

@@ -23,15 +23,16 @@ their arguments.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
 
 Call = Callable[[ModuleType], "tuple[tuple, dict]"]
 
 
-def call(*args, **kwargs) -> Call:
+def call(*args: object, **kwargs: object) -> Call:
     """An example with fixed arguments."""
     return lambda module: (args, kwargs)
 
@@ -41,7 +42,7 @@ def _with(fn: Callable[[ModuleType], tuple]) -> Call:
     return lambda module: (tuple(fn(module)), {})
 
 
-def _linear():
+def _linear() -> tuple[torch.nn.Linear, tuple[torch.Tensor]]:
     layer = torch.nn.Linear(2, 2)
     return layer, (torch.randn(1, 2),)
 
@@ -181,7 +182,7 @@ def documented_return(api: str, catalog_returns: str) -> str:
     return catalog_returns
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -262,11 +263,11 @@ class DistContext:
     """What a distributed example sees: ``rank``, ``world_size`` (2), ``device`` ("cuda": the program's
     own device string, translated), ``init_method`` and a ``scratch`` dict shared by later examples."""
 
-    def __init__(self, rank: int, world_size: int, init_method: str, device: str = "cuda"):
+    def __init__(self, rank: int, world_size: int, init_method: str, device: str = "cuda") -> None:
         self.rank, self.world_size, self.init_method, self.device = rank, world_size, init_method, device
         self.scratch: dict[str, Any] = {}
 
-    def t(self, *values, dtype=torch.float32):
+    def t(self, *values: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
     @property
@@ -277,7 +278,7 @@ class DistContext:
 DistCall = Callable[[DistContext], "tuple[tuple, dict]"]
 
 
-def _d(fn: Callable[[DistContext], tuple]) -> DistCall:
+def _d(fn: Callable[[DistContext], Iterable[Any]]) -> DistCall:
     return lambda ctx: (tuple(fn(ctx)), {})
 
 
@@ -285,7 +286,7 @@ def _dk(fn: Callable[[DistContext], dict]) -> DistCall:
     return lambda ctx: ((), fn(ctx))
 
 
-def _p2p_ops(ctx: DistContext):
+def _p2p_ops(ctx: DistContext) -> list[list[torch.distributed.P2POp]]:
     import torch.distributed as dist
 
     send = ctx.t(float(ctx.rank))
@@ -293,7 +294,7 @@ def _p2p_ops(ctx: DistContext):
     return [[dist.P2POp(dist.isend, send, ctx.peer), dist.P2POp(dist.irecv, recv, ctx.peer)]]
 
 
-def _rendezvous_handler(url, **kwargs):
+def _rendezvous_handler(url: str, **kwargs: object) -> NoReturn:
     raise RuntimeError("not used")
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from .. import router
 from ..errors import InvalidDeviceError, UnsupportedError
 from ..vocabulary import RealDevice as _Device
 
@@ -15,7 +14,7 @@ from ..vocabulary import RealDevice as _Device
 class _State:
     """What the wrappers read: fixed at install time."""
 
-    target: Any = None  #: the translate.Target installed (None before install)
+    target: Any = None  #: the router.Target installed (None before install)
     engine: str | None = None
     backend_name: str = ""
     foreign: frozenset = frozenset()
@@ -55,7 +54,7 @@ def _engine_string(eng: str) -> str:
     return ",".join(pairs)
 
 
-def map_backend(backend, device_id=None, what: str = "init_process_group"):
+def map_backend(backend: Any, device_id: Any = None, what: str = "init_process_group") -> Any:
     """Translate a ``backend`` argument (None, ``"nccl"``, ``"cuda:nccl,cpu:gloo"``) for the target."""
     import torch.distributed as dist
 
@@ -92,10 +91,10 @@ def map_backend(backend, device_id=None, what: str = "init_process_group"):
 def _check_index(index: int) -> None:
     target = _state.target
     if not 0 <= index < target.device_count:
-        raise InvalidDeviceError(index, target.device_count, target.backend)
+        raise InvalidDeviceError(index, target.device_count, target.name)
 
 
-def map_device_id(device_id):
+def map_device_id(device_id: Any) -> Any:
     """Translate ``init_process_group``/``new_group``'s ``device_id`` for the target (None on a cpu target)."""
     target = _state.target
     if device_id is None:
@@ -120,7 +119,7 @@ def map_device_id(device_id):
     return _Device(target.device_type, index) if target.indexed else None
 
 
-def _ddp_index(device):
+def _ddp_index(device: Any) -> Any:
     """DDP's device_ids/output_device entry -> checked int index (or the entry, if not ours)."""
     target = _state.target
     if isinstance(device, bool):
@@ -136,7 +135,7 @@ def _ddp_index(device):
             if index is None:
                 if device.type == "cpu":
                     return 0
-                return router.active().streams.current_device()
+                return target.streams.current_device()
             _check_index(index)
             return index
     return device

@@ -2,7 +2,9 @@
 target through the Patcher; :func:`uninstall`."""
 from __future__ import annotations
 
-from .. import router
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+
 from .arguments import _state
 from .statuses import _foreign_engines
 from .wrappers import (
@@ -18,8 +20,13 @@ from .wrappers import (
     _wrap_split_group,
 )
 
+if TYPE_CHECKING:
+    from .._patching import Patcher
+    from ..router import Target
 
-def _patch_function(patcher, modules, name: str, make) -> None:
+
+def _patch_function(patcher: Patcher, modules: list[ModuleType], name: str,
+                    make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     """Replace function ``name`` in every module of ``modules`` holding the same object."""
     import torch.distributed.distributed_c10d as c10d
 
@@ -34,7 +41,7 @@ def _patch_function(patcher, modules, name: str, make) -> None:
             patcher.set(module, name, wrapper)
 
 
-def install(patcher, target) -> None:
+def install(patcher: Patcher, target: Target) -> None:
     """Patch ``torch.distributed`` (and DDP) for ``target`` through ``patcher`` (see torchdevice.translate)."""
     try:
         import torch.distributed as dist
@@ -46,10 +53,9 @@ def install(patcher, target) -> None:
     import torch.distributed.distributed_c10d as c10d
     import torch.nn.parallel.distributed as ddp_module
 
-    active = router.active()
     _state.target = target
-    _state.engine = active.collectives.dist_backend
-    _state.backend_name = target.backend
+    _state.engine = target.collectives.dist_backend
+    _state.backend_name = target.name
     _state.foreign = frozenset(_foreign_engines(target.device_type, target.sources))
     source_engine = dist.Backend.default_device_backend_map.get(target.source)
     _state.claimed = frozenset(n for n in _state.foreign if n == source_engine)

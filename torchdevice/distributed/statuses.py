@@ -4,6 +4,7 @@ the engines' differences (:data:`ENGINE_NOTES`), :func:`status`, and the queries
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from .. import router
 from ..backend import Status
@@ -104,7 +105,7 @@ def local_world_size() -> int | None:
     return value if value > 0 else None
 
 
-def _foreign_engines(device_type: str, sources) -> set[str]:
+def _foreign_engines(device_type: str, sources: Iterable[str]) -> set[str]:
     """Engines torch gives source device types that can carry neither ``device_type`` nor CPU tensors.
 
     ``nccl`` (cuda only) and ``xccl`` (xpu only) are foreign on a cpu target;
@@ -125,8 +126,9 @@ def _foreign_engines(device_type: str, sources) -> set[str]:
     return foreign
 
 
-def status(name: str) -> tuple[Status, str]:
-    """``(Status, note)`` of ``torch.distributed.<name>`` on the active backend's engine.
+def status(name: str, target: router.Target | None = None) -> tuple[Status, str]:
+    """``(Status, note)`` of ``torch.distributed.<name>`` on the engine of backend ``target`` (default: the active
+    backend; ``torchdevice matrix`` passes each backend's).
 
     Accepts ``"all_reduce"`` or ``"torch.distributed.all_reduce"``; every name in
     :data:`CATALOG` is answered. Example::
@@ -137,7 +139,7 @@ def status(name: str) -> tuple[Status, str]:
     short = name.rsplit(".", 1)[-1]
     if short not in CATALOG:
         raise KeyError(f"{name!r} is not a torch.distributed function of the catalog")
-    active = router.active()
+    active = router.active() if target is None else target
     eng = active.collectives.dist_backend
     device_type = active.device_type
     sources = [s for s in SOURCE_FAMILIES if s != device_type]

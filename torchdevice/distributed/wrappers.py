@@ -5,25 +5,32 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from ..errors import UnsupportedError
 from .arguments import _ddp_index, _state, map_backend, map_device_id
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup, Work
+    from torch.distributed.device_mesh import DeviceMesh
 
-def _marked(wrapper, orig):
+    _Fn = Callable[..., Any]  #: a torch.distributed function, and its wrapper
+
+
+def _marked(wrapper: _Fn, orig: _Fn) -> _Fn:
     """``wrapper``, marked as torchdevice's wrapper of ``orig`` (``__torchdevice_wrapped__``)."""
-    wrapper.__torchdevice_wrapped__ = orig
+    wrapper.__torchdevice_wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
 
 
-def _wrap_group_factory(orig, what: str, *, has_device_id: bool = False):
+def _wrap_group_factory(orig: _Fn, what: str, *, has_device_id: bool = False) -> _Fn:
     """init_process_group / new_group / new_subgroups*: map ``backend`` (and ``device_id``)."""
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         bound = sig.bind(*args, **kwargs)
         arguments = bound.arguments
         device_id = arguments.get("device_id")
@@ -36,7 +43,7 @@ def _wrap_group_factory(orig, what: str, *, has_device_id: bool = False):
     return _marked(wrapper, orig)
 
 
-def _done_work():
+def _done_work() -> Work:
     from torch._C._distributed_c10d import _create_work_from_future
 
     future = torch.futures.Future()
@@ -44,15 +51,16 @@ def _done_work():
     return _create_work_from_future(future)
 
 
-def _real(t):
+def _real(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t) if t.is_complex() else t
 
 
-def _wrap_all_gather(orig):
+def _wrap_all_gather(orig: _Fn) -> _Fn:
     import torch.distributed as dist
 
     @functools.wraps(orig)
-    def all_gather(tensor_list, tensor, group=None, async_op=False):
+    def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: ProcessGroup | None = None,
+                   async_op: bool = False) -> Work | None:
         if (
             not tensor_list
             or all(t.shape == tensor.shape for t in tensor_list)
@@ -82,11 +90,12 @@ def _wrap_all_gather(orig):
     return _marked(all_gather, orig)
 
 
-def _wrap_all_gather_into_tensor(orig):
+def _wrap_all_gather_into_tensor(orig: _Fn) -> _Fn:
     import torch.distributed as dist
 
     @functools.wraps(orig)
-    def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                               group: ProcessGroup | None = None, async_op: bool = False) -> Work | None:
         if (
             output_tensor.dim() == input_tensor.dim() + 1
             and not dist.distributed_c10d._rank_not_in_group(group)
@@ -100,13 +109,13 @@ def _wrap_all_gather_into_tensor(orig):
     return _marked(all_gather_into_tensor, orig)
 
 
-def _wrap_reduce_scatter_tensor(orig):
+def _wrap_reduce_scatter_tensor(orig: _Fn) -> _Fn:
     import torch.distributed as dist
 
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
-    def reduce_scatter_tensor(*args, **kwargs):
+    def reduce_scatter_tensor(*args: Any, **kwargs: Any) -> Work | None:
         bound = sig.bind(*args, **kwargs)
         output, input = bound.arguments["output"], bound.arguments["input"]
         group = bound.arguments.get("group")
@@ -123,11 +132,12 @@ def _wrap_reduce_scatter_tensor(orig):
     return _marked(reduce_scatter_tensor, orig)
 
 
-def _wrap_all_to_all(orig, all_to_all_single):
+def _wrap_all_to_all(orig: _Fn, all_to_all_single: Callable[..., Work | None]) -> _Fn:
     import torch.distributed as dist
 
     @functools.wraps(orig)
-    def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    def all_to_all(output_tensor_list: list[torch.Tensor], input_tensor_list: list[torch.Tensor],
+                   group: ProcessGroup | None = None, async_op: bool = False) -> Work | None:
         tensors = list(output_tensor_list) + list(input_tensor_list)
         if (
             not tensors
@@ -151,13 +161,14 @@ def _wrap_all_to_all(orig, all_to_all_single):
     return _marked(all_to_all, orig)
 
 
-def _wrap_split_group(orig, new_subgroups_by_enumeration):
+def _wrap_split_group(
+        orig: _Fn, new_subgroups_by_enumeration: Callable[..., tuple[ProcessGroup | None, list[ProcessGroup]]]) -> _Fn:
     import torch.distributed as dist
 
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
-    def split_group(*args, **kwargs):
+    def split_group(*args: Any, **kwargs: Any) -> ProcessGroup | None:
         bound = sig.bind(*args, **kwargs)
         arguments = bound.arguments
         if "backend" in arguments:
@@ -196,7 +207,7 @@ class _NotCuda(torch.Tensor):
         return False
 
 
-def _wrap_broadcast(orig):
+def _wrap_broadcast(orig: _Fn) -> _Fn:
     """``broadcast`` asks ``torch.cuda.get_device_capability`` of every tensor reporting ``is_cuda``.
 
     torch 2.13 does it to choose an fp8 workaround for GPUs older than sm90.
@@ -208,7 +219,7 @@ def _wrap_broadcast(orig):
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
-    def broadcast(*args, **kwargs):
+    def broadcast(*args: Any, **kwargs: Any) -> Work | None:
         bound = sig.bind(*args, **kwargs)
         tensor = bound.arguments.get("tensor")
         if isinstance(tensor, torch.Tensor) and tensor.device.type != "cuda" and tensor.is_cuda:
@@ -218,9 +229,9 @@ def _wrap_broadcast(orig):
     return _marked(broadcast, orig)
 
 
-def _wrap_available(orig, engine_name: str | None):
+def _wrap_available(orig: _Fn, engine_name: str | None) -> _Fn:
     @functools.wraps(orig)
-    def available(*args, **kwargs):
+    def available(*args: Any, **kwargs: Any) -> bool:
         name = engine_name
         if name is None:  # is_backend_available(backend)
             backend = args[0] if args else kwargs.get("backend")
@@ -232,11 +243,11 @@ def _wrap_available(orig, engine_name: str | None):
     return _marked(available, orig)
 
 
-def _wrap_init_device_mesh(orig):
+def _wrap_init_device_mesh(orig: _Fn) -> _Fn:
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
-    def init_device_mesh(*args, **kwargs):
+    def init_device_mesh(*args: Any, **kwargs: Any) -> DeviceMesh:
         bound = sig.bind(*args, **kwargs)
         arguments = bound.arguments
         device_type = arguments.get("device_type")
@@ -257,11 +268,11 @@ def _wrap_init_device_mesh(orig):
     return _marked(init_device_mesh, orig)
 
 
-def _wrap_ddp_init(orig):
+def _wrap_ddp_init(orig: _Fn) -> _Fn:
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
-    def __init__(*args, **kwargs):
+    def __init__(*args: Any, **kwargs: Any) -> None:
         bound = sig.bind(*args, **kwargs)
         arguments = bound.arguments
         device_ids = arguments.get("device_ids")

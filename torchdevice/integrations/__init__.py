@@ -37,33 +37,22 @@ breaks the program's import. ``TORCHDEVICE_DISABLE_INTEGRATIONS=name,...``
 """
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import os
 import sys
 import threading
+import types
 from typing import Any
 
 from ..hookspecs import hookimpl
+from ..importhooks import WrappedLoader, WrappingFinder
+from ..integration import Integration
 
 ENV_DISABLE = "TORCHDEVICE_DISABLE_INTEGRATIONS"
 GROUP = "torchdevice.integrations"
 PLUGIN_NAME = "integrations"
 
-
-class Integration:
-    """Base class of a framework integration (subclassing is optional: the attributes are what counts)."""
-
-    #: short unique lowercase name, e.g. ``"lightning"``
-    name: str = ""
-    #: what it adapts, in words (``torchdevice info``)
-    framework: str = ""
-    #: modules whose import activates it (``install`` is called once per module)
-    modules: tuple[str, ...] = ()
-
-    def install(self, patcher: Any, target: Any, module: Any) -> None:
-        """Adapt ``module`` (one of :attr:`modules`, just imported) to ``target`` through ``patcher``."""
-        raise NotImplementedError
+__all__ = ["Integration", "activate", "collect", "current_target", "deactivate", "is_active", "states"]
 
 
 class _State:
@@ -113,19 +102,7 @@ def _load_entry_points() -> None:
     for ep in plugins.entry_points(group=GROUP):
         if ep.name in block or plugins.pm.has_plugin(ep.name) or plugins.pm.is_blocked(ep.name):
             continue
-        dist = getattr(ep, "dist", None)
-        info = plugins.PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
-        stage = "import"
-        try:
-            with plugins._deadline(f"importing integration plugin {ep.name!r}"):  # a hanging import is bounded
-                plugin = ep.load()
-            stage = "validate"
-            plugins.register(plugin, name=ep.name, info=info, notify=False)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # a broken integration plugin is reported, never fatal
-            plugins.plugin_info[ep.name] = info
-            plugins._record(ep.name, stage, exc)
+        plugins.load_entry_point(ep, kind="integration plugin")  # bounded; a broken one is reported
 
 
 def collect() -> dict[str, _State]:
@@ -139,10 +116,8 @@ def collect() -> dict[str, _State]:
 
     with _lock:
         if not plugins.pm.has_plugin(PLUGIN_NAME) and not plugins.pm.is_blocked(PLUGIN_NAME):
-            from .. import __version__
-
             plugins.register(sys.modules[__name__], name=PLUGIN_NAME, notify=False,
-                             info=plugins.PluginInfo(PLUGIN_NAME, "torchdevice", __version__))
+                             info=plugins.core_info(PLUGIN_NAME))
         _load_entry_points()
         disabled = _disabled_names()
         results = list(plugins.call_each("torchdevice_integrations"))
@@ -210,7 +185,7 @@ def _install(state: _State, module: Any) -> None:
         raise
     except BaseException as exc:  # never break the program's import
         state.error = f"{type(exc).__name__}: {exc}"
-        plugins._record(state.plugin, f"integration {state.integration.name!r}", exc)
+        plugins.record(state.plugin, f"integration {state.integration.name!r}", exc)
         from .. import trace
 
         trace.warn(f"torchdevice: integration {state.integration.name!r} failed on {module.__name__}: "
@@ -228,65 +203,26 @@ def _module_imported(module: Any) -> None:
                 _install(state, module)
 
 
-class _Loader:
-    """Runs the real loader, then the integrations watching the module; puts the real loader back."""
+class _Loader(WrappedLoader):
+    """Runs the real loader, then the integrations watching the module."""
 
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-
-    def create_module(self, spec):
-        create = getattr(self.loader, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module) -> None:
-        spec = module.__spec__
-        try:
-            if spec is not None:
-                spec.loader = self.loader
-            module.__loader__ = self.loader
-        except AttributeError:
-            pass
+    def execute(self, module: types.ModuleType) -> None:
         self.loader.exec_module(module)
         _module_imported(module)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
 
-
-class _Watcher(importlib.abc.MetaPathFinder):
-    """A ``sys.meta_path`` finder that asks the other finders, then wraps the loader of a watched module."""
+class _Watcher(WrappingFinder):
+    """Wraps the loader of each watched module (:class:`torchdevice.importhooks.WrappingFinder`)."""
 
     def __init__(self, names: set[str]) -> None:
+        super().__init__()
         self.names = names
-        self._busy = threading.local()
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.names:
-            return None
-        busy = getattr(self._busy, "names", None)
-        if busy is None:
-            busy = self._busy.names = set()
-        if fullname in busy:
-            return None
-        busy.add(fullname)
-        try:
-            for finder in list(sys.meta_path):
-                if finder is self:
-                    continue
-                find = getattr(finder, "find_spec", None)
-                if find is None:
-                    continue
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-        finally:
-            busy.discard(fullname)
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _Loader(spec.loader)
-        return spec
+    def watches(self, fullname: str) -> bool:
+        return fullname in self.names
+
+    def wrap(self, loader: Any) -> WrappedLoader:
+        return _Loader(loader)
 
 
 class _FinishingSpec(importlib.machinery.ModuleSpec):
@@ -385,7 +321,7 @@ def deactivate() -> None:
 
 
 @hookimpl
-def torchdevice_integrations():
+def torchdevice_integrations() -> list[Integration]:
     from .accelerate import AccelerateIntegration
     from .lightning import LightningIntegration
     from .transformers import TransformersIntegration

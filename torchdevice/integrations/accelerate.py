@@ -41,7 +41,7 @@ class AccelerateIntegration(Integration):
         orig_init = patcher.get(accelerator_cls, "__init__")
 
         @functools.wraps(orig_init)
-        def __init__(self, *args, **kwargs) -> None:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             orig_init(self, *args, **kwargs)
             state = self.state
             if (self.native_amp or state.mixed_precision != "fp16" or getattr(state, "_cpu", False)

@@ -24,7 +24,9 @@ on an MPS target) that answers like CUDA's where the program can tell:
 
 The devices Lightning places the model and batches on (``fabric.device``, the strategy's
 ``root_device``) are the very objects translation returns for ``cuda:N``, so they hold what the
-program's own ``cuda`` tensors hold (MLX tensors on the mlx backend, not plain host tensors).
+program's own ``cuda`` tensors hold (MLX tensors on the mlx backend, not plain host tensors); so is
+``LightningModule.device`` after the module is moved there (Lightning's ``_DeviceDtypeModuleMixin.to`` records
+a re-parsed, plain device otherwise), so ``torch.ones(..., device=self.device)`` in a step is a device tensor.
 
 Checkpoints hold the target's tensors (plain CPU tensors on a CPU target), so
 they load with plain ``torch.load``.
@@ -42,6 +44,8 @@ _PL_CONNECTORS = ("lightning.pytorch.trainer.connectors.accelerator_connector",
                   "pytorch_lightning.trainer.connectors.accelerator_connector")
 _FABRIC_CONNECTORS = ("lightning.fabric.connector", "lightning_fabric.connector")
 _SETUPS = ("lightning.pytorch.trainer.setup", "pytorch_lightning.trainer.setup")
+#: where ``LightningModule.device`` / ``DeviceDtypeModuleMixin.device`` is recorded (``to`` re-parses its device)
+_MIXINS = ("lightning.fabric.utilities.device_dtype_mixin", "lightning_fabric.utilities.device_dtype_mixin")
 
 
 def _packages(module_name: str) -> tuple[str, str]:
@@ -71,7 +75,7 @@ def _plain_device(target: Any, index: int) -> Any:
     return RealDevice(target.device_type, index) if target.indexed else RealDevice(target.device_type)
 
 
-def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) -> type:
+def make_accelerator(base: type, cuda_cls: Any, fabric_cuda: Any, target: Any) -> type:
     """Lightning's accelerator for CUDA-written code on ``target``, derived from ``base``."""
     import torch
 
@@ -88,9 +92,9 @@ def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) 
 
     class TranslatedCUDAAccelerator(base):  # type: ignore[misc, valid-type]
         __doc__ = (f"Lightning's accelerator for CUDA-written code translated by torchdevice to backend "
-                   f"{target.backend!r} ({device_type}): CUDA's device parsing and hints, the target's devices.")
+                   f"{target.name!r} ({device_type}): CUDA's device parsing and hints, the target's devices.")
 
-        def setup_device(self, device) -> None:
+        def setup_device(self, device: torch.device) -> None:
             if device.type != device_type:
                 raise ValueError(f"Device should be {device_type} (CUDA translated by torchdevice), got {device} instead.")
             index = device.index if device.index is not None else _local_index()
@@ -101,11 +105,11 @@ def make_accelerator(base: type, cuda_cls: type, fabric_cuda: Any, target: Any) 
             torch.cuda.empty_cache()
 
         @staticmethod
-        def parse_devices(devices):
+        def parse_devices(devices: Any) -> Any:
             return cuda_cls.parse_devices(devices)  # CUDA's rules, against the translated device count
 
         @staticmethod
-        def get_parallel_devices(devices):
+        def get_parallel_devices(devices: Any) -> list[torch.device]:
             if not isinstance(devices, list):
                 devices = cuda_cls.parse_devices(devices) or []
             return [_device(i) for i in devices]
@@ -140,7 +144,7 @@ def accelerator_class(pkg: str, target: Any) -> type:
     """The translated accelerator class of Lightning package ``pkg`` (``"lightning.pytorch"``...) for
     ``target``: one class per package and target, reachable as a module attribute so that a Trainer
     or Fabric holding one pickles (``strategy="ddp_spawn"``) and unpickles in the spawned process."""
-    key = (target.backend, target.device_type, target.indexed)
+    key = (target.name, target.device_type, target.indexed)
     cached = _classes.get(pkg)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -169,13 +173,15 @@ def __getattr__(name: str) -> Any:
 class LightningIntegration(Integration):
     name = "lightning"
     framework = "PyTorch Lightning and Fabric (lightning, pytorch_lightning, lightning_fabric)"
-    modules = _PL_CONNECTORS + _FABRIC_CONNECTORS + _SETUPS
+    modules = _PL_CONNECTORS + _FABRIC_CONNECTORS + _SETUPS + _MIXINS
 
     def install(self, patcher: Any, target: Any, module: Any) -> None:
         if "cuda" not in target.sources:
             return  # a real CUDA target: Lightning's own CUDA accelerator is right
         if module.__name__ in _SETUPS:
             self._install_setup(patcher, target, module)
+        elif module.__name__ in _MIXINS:
+            self._install_mixin(patcher, module)
         else:
             self._install_connector(patcher, target, module)
 
@@ -188,7 +194,7 @@ class LightningIntegration(Integration):
 
         orig_init_acc = patcher.get(connector, "_set_parallel_devices_and_init_accelerator")
 
-        def _set_parallel_devices_and_init_accelerator(self) -> None:
+        def _set_parallel_devices_and_init_accelerator(self: Any) -> None:
             flag = self._accelerator_flag
             if (isinstance(flag, str) and flag == "cuda") or type(flag) is cuda_cls:
                 # what Lightning chose for "gpu", "cuda" or "auto" (or a CUDAAccelerator() passed in)
@@ -197,7 +203,7 @@ class LightningIntegration(Integration):
 
         orig_choose = patcher.get(connector, "_choose_strategy")
 
-        def _choose_strategy(self):
+        def _choose_strategy(self: Any) -> Any:
             if (isinstance(self._accelerator_flag, translated) and len(self._parallel_devices) == 1
                     and getattr(self, "_num_nodes_flag", 1) <= 1):
                 return single_device(device=self._parallel_devices[0])
@@ -205,7 +211,7 @@ class LightningIntegration(Integration):
 
         orig_lazy = patcher.get(connector, "_lazy_init_strategy")
 
-        def _lazy_init_strategy(self) -> None:
+        def _lazy_init_strategy(self: Any) -> None:
             strategy = self.strategy
             if (isinstance(self.accelerator, translated) and hasattr(strategy, "_process_group_backend")
                     and strategy._process_group_backend is None):
@@ -227,15 +233,45 @@ class LightningIntegration(Integration):
         rank_zero_info = module.rank_zero_info
         xla = module.XLAAccelerator
 
-        def _log_device_info(trainer) -> None:
+        def _log_device_info(trainer: Any) -> None:
             if not isinstance(trainer.accelerator, translated):
                 return orig(trainer)
             rank_zero_info(f"GPU available: True (cuda), used: True (translated by torchdevice to backend "
-                           f"{target.backend!r}, {target.device_type})")
+                           f"{target.name!r}, {target.device_type})")
             rank_zero_info(f"TPU available: {xla.is_available()}, using: 0 TPU cores")
 
         _log_device_info.__doc__ = "lightning's _log_device_info; a translated GPU counts as used (torchdevice)"
         patcher.set(module, "_log_device_info", _log_device_info)
+
+
+    @staticmethod
+    def _install_mixin(patcher: Any, module: Any) -> None:
+        """``LightningModule.device`` is the device the module was moved to, as the program's ``cuda`` maps it.
+
+        The mixin's ``to`` records the device through ``torch._C._nn._parse_to``, which makes a new, plain
+        device: on a target whose translated device is one host object (mlx: ``torchdevice.devices.host_target``,
+        what makes placements MLX tensors) ``self.device`` was a plain ``cpu`` device, so
+        ``torch.ones(2, device=self.device)`` in a ``training_step`` gave a host tensor, not a device one.
+        """
+        from .. import devices
+
+        mixin = module._DeviceDtypeModuleMixin
+        update = module._update_properties
+        orig_to = patcher.get(mixin, "to")
+
+        def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig_to(self, *args, **kwargs)
+            dev = kwargs.get("device", args[0] if args else None)
+            # the translated device object itself (compared by identity: it equals a plain cpu device), or a
+            # source device naming it ("cuda", "cuda:0", 0)
+            if dev is devices.host_target or (isinstance(dev, (str, int)) and not isinstance(dev, bool)
+                                              and devices.map_device(dev) is devices.host_target):
+                update(self, device=devices.host_target)
+            return out
+
+        to.__qualname__ = f"{mixin.__name__}.to"
+        to.__doc__ = f"{mixin.__name__}.to; the translated device recorded as given (torchdevice)"
+        patcher.set(mixin, "to", to)
 
 
 def loaded_packages() -> list[str]:

@@ -19,11 +19,11 @@ Where to look
     ``tunable.py``      torch.cuda.tunable (TunableOp): queries False, settings unsupported
     ==================  ===========================================================================
 
-    A row is ``@fronts("name", rule)`` above ``def build_name(fx: Facade, ns: str, name: str)``, or a
+    A row is ``@fronts("name", rule)`` above ``def build_name(target: Target, ns: str, name: str)``, or a
     ``declare_unsupported("name", instead)`` / ``declare_native("name", note)`` line (their helpers:
     ``table.py``). ``where("torch.cuda.memory_allocated")`` answers with the file, line and builder.
     The rule (``rules.py``) gives the status, from the backend's operation tags; the builder returns
-    the object ``torch.cuda.<name>`` becomes, closing over the install's :class:`Facade` (the
+    the object ``torch.cuda.<name>`` becomes, closing over the install's :class:`~torchdevice.router.Target` (the
     backend's bound operations); ``install.py`` calls the builders and patches torch, wrapping each
     function with a trace note (``wrapping.py``); ``statuses.py`` answers ``torchdevice matrix``
     from the same rows without installing anything.
@@ -120,7 +120,6 @@ from .rules import (
     TRANSLATED,
     UNSUPPORTED,
     Rule,
-    View,
     all_of,
     declared,
     op_rule,
@@ -136,7 +135,6 @@ from .table import (
     SPECS,
     SUBMODULES,
     Builder,
-    Facade,
     Spec,
     _wrap_optional_ops,
     declare_native,
@@ -147,5 +145,5 @@ from .table import (
 
 _wrap_optional_ops()
 
-__all__ = ["install", "uninstall", "status", "spec_for", "fronted", "where", "View", "Spec", "SPECS", "NVTX_SPECS",
+__all__ = ["install", "uninstall", "status", "spec_for", "fronted", "where", "Spec", "SPECS", "NVTX_SPECS",
            "NAMESPACES"]

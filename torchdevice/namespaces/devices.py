@@ -1,13 +1,15 @@
 """``torch.<ns>`` device functions: availability, counts, the current device, properties."""
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, cast
 
 from .. import router
+from ..backend import DeviceProperties
 from ..errors import UnsupportedError
+from ..router import Target
 from ..vocabulary import optional_index
 from .rules import EMULATED, TRANSLATED, all_of, declared, op_rule
-from .table import Facade, declare_native, fronts
+from .table import declare_native, fronts
 
 
 @fronts("is_available", declared(
@@ -16,8 +18,8 @@ from .table import Facade, declare_native, fronts
     "and then when the {backend} backend has devices, or is accelerator-less with report_available on "
     "(TORCHDEVICE_REPORT_AVAILABLE, default 1); False while another family is the source",
 ))
-def build_is_available(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    available = fx.available_for(ns)
+def build_is_available(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    available = target.available_for(ns)
 
     def is_available() -> bool:
         return available
@@ -29,8 +31,8 @@ def build_is_available(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
     TRANSLATED, "the {backend} backend's device count; 0 when is_available() is False ({ns} not the source "
     "family, or report_available off)",
 ))
-def build_device_count(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    count = fx.count if fx.available_for(ns) else 0
+def build_device_count(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    count = target.device_count if target.available_for(ns) else 0
 
     def device_count() -> int:
         return count
@@ -39,7 +41,7 @@ def build_device_count(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("init", declared(TRANSLATED, "resolves the {backend} backend (torchdevice's lazy initialization)"))
-def build_init(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_init(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def init() -> None:
         router.active()
 
@@ -47,7 +49,7 @@ def build_init(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("is_initialized", declared(TRANSLATED, "whether the {backend} backend has been resolved"))
-def build_is_initialized(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_is_initialized(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def is_initialized() -> bool:
         return router._active is not None
 
@@ -55,8 +57,8 @@ def build_is_initialized(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("current_device", op_rule("streams", "current_device"))
-def build_current_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    current = fx.current
+def build_current_device(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    current = target.streams.current_device
 
     def current_device() -> int:
         return current()
@@ -65,10 +67,10 @@ def build_current_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("set_device", op_rule("streams", "set_device"))
-def build_set_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    set_device_op, index = fx.streams.set_device, fx.index
+def build_set_device(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    set_device_op, index = target.streams.set_device, target.index
 
-    def set_device(device) -> None:
+    def set_device(device: Any) -> None:
         if device is None or (isinstance(device, int) and device < 0):
             return  # a no-op, as torch.cuda.set_device(-1)
         set_device_op(index(device))
@@ -77,10 +79,10 @@ def build_set_device(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("synchronize", op_rule("streams", "synchronize"))
-def build_synchronize(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    sync, index = fx.streams.synchronize, fx.index
+def build_synchronize(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    sync, index = target.streams.synchronize, target.index
 
-    def synchronize(device=None) -> None:
+    def synchronize(device: Any = None) -> None:
         sync(index(device))
 
     return synchronize
@@ -88,8 +90,8 @@ def build_synchronize(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 @fronts("device", all_of(("streams", "set_device"), ("streams", "current_device"),
                         how="context manager over the per-thread current device"), kind="class")
-def build_device(fx: Facade, ns: str, name: str) -> type:
-    current, set_device_op, index = fx.current, fx.streams.set_device, fx.index
+def build_device(target: Target, ns: str, name: str) -> type:
+    current, set_device_op, index = target.streams.current_device, target.streams.set_device, target.index
 
     class device:
         """Context manager that makes ``device`` current for this thread, then restores it.
@@ -97,20 +99,20 @@ def build_device(fx: Facade, ns: str, name: str) -> type:
         A negative index or None leaves everything unchanged, as ``torch.cuda.device``.
         """
 
-        def __init__(self, device):
-            self.idx = optional_index(device, fx.current)  # as CUDA's _get_device_index(optional=True)
+        def __init__(self, device: Any) -> None:
+            self.idx = optional_index(device, current)  # as CUDA's _get_device_index(optional=True)
             self.prev_idx = -1
 
-        def __enter__(self):
+        def __enter__(self) -> None:
             if self.idx < 0:
                 self.prev_idx = -1
                 return
-            target = index(self.idx)
+            wanted = index(self.idx)
             self.prev_idx = current()
-            if target != self.prev_idx:
-                set_device_op(target)
+            if wanted != self.prev_idx:
+                set_device_op(wanted)
 
-        def __exit__(self, *exc) -> Literal[False]:
+        def __exit__(self, *exc: object) -> Literal[False]:
             if self.prev_idx >= 0:
                 self.idx = current()
                 if self.idx != self.prev_idx:
@@ -127,14 +129,14 @@ def build_device(fx: Facade, ns: str, name: str) -> type:
 
 @fronts("device_of", all_of(("streams", "set_device"), ("streams", "current_device"),
                            how="makes the device of a tensor on the {backend} backend current"), kind="class")
-def build_device_of(fx: Facade, ns: str, name: str) -> type:
-    device_cls = fx.state[f"{ns}.device"]
-    device_type = fx.target.device_type
+def build_device_of(target: Target, ns: str, name: str) -> type:
+    device_cls = target.state[f"{ns}.device"]
+    device_type = target.device_type
 
     class device_of(device_cls):  # type: ignore[misc,valid-type]  # (this install's device class)
         """Context manager that makes the device of ``obj`` (a tensor or storage) current."""
 
-        def __init__(self, obj):
+        def __init__(self, obj: Any) -> None:
             idx = obj.get_device() if obj.device.type == device_type else -1
             super().__init__(idx if idx is not None and idx >= 0 else -1)
 
@@ -150,28 +152,28 @@ _PROPS = "from the {backend} backend's device properties ({what})"
     TRANSLATED, "torchdevice.DeviceProperties of the {backend} device (CUDA's field names: name, "
     "total_memory, major/minor (None without a compute capability), multi_processor_count)",
 ))
-def build_get_device_properties(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    props, index = fx.active.properties, fx.index
+def build_get_device_properties(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    props, index = target.properties, target.index
 
-    def get_device_properties(device=None):
+    def get_device_properties(device: Any = None) -> DeviceProperties:
         return props(index(device))
 
     return get_device_properties
 
 
 @fronts("get_device_name", declared(TRANSLATED, _PROPS.replace("{what}", "name")))
-def build_get_device_name(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    props, index = fx.active.properties, fx.index
+def build_get_device_name(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    props, index = target.properties, target.index
 
-    def get_device_name(device=None) -> str:
+    def get_device_name(device: Any = None) -> str:
         return props(index(device)).name
 
     return get_device_name
 
 
 @fronts("is_bf16_supported", declared(TRANSLATED, _PROPS.replace("{what}", "bf16_supported")))
-def build_is_bf16_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    props, current = fx.active.properties, fx.current
+def build_is_bf16_supported(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    props, current = target.properties, target.streams.current_device
 
     def is_bf16_supported(including_emulation: bool = True) -> bool:
         return bool(props(current()).bf16_supported)
@@ -183,8 +185,8 @@ def build_is_bf16_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any
     TRANSLATED, "the {backend} device's total memory (get_device_properties().total_memory): the backend "
     "gives no smaller recommended working-set figure",
 ))
-def build_recommended_max_memory(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    props, current = fx.active.properties, fx.current
+def build_recommended_max_memory(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    props, current = target.properties, target.streams.current_device
 
     def recommended_max_memory() -> int:
         return int(props(current()).total_memory)
@@ -196,11 +198,11 @@ def build_recommended_max_memory(fx: Facade, ns: str, name: str) -> Callable[...
     TRANSLATED, "the {backend} device's capability, or where it has none the CUDA feature level it offers: "
     "(8, 0) with bfloat16, else (7, 0); TORCHDEVICE_CAPABILITY=MAJOR.MINOR overrides (torchdevice.capability)",
 ))
-def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    props, index = fx.active.properties, fx.index
+def build_get_device_capability(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    props, index = target.properties, target.index
 
-    def get_device_capability(device=None) -> tuple[int, int]:
-        return props(index(device)).capability
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        return cast("tuple[int, int]", props(index(device)).capability)  # capability.complete filled it in
 
     return get_device_capability
 
@@ -210,7 +212,7 @@ def build_get_device_capability(fx: Facade, ns: str, name: str) -> Callable[...,
     TRANSLATED, "False: TF32 is a tensor-core format of NVIDIA (and some AMD) GPUs, which the {backend} backend "
     "does not compute in; torch.backends.cuda.matmul.allow_tf32 has no effect there",
 ))
-def build_is_tf32_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_is_tf32_supported(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def is_tf32_supported() -> bool:
         return False
 
@@ -222,11 +224,11 @@ def build_is_tf32_supported(fx: Facade, ns: str, name: str) -> Callable[..., Any
     EMULATED, "validates both devices; a device is not its own peer (False, as CUDA answers); between two "
     "distinct devices it raises UnsupportedError (the backend reports no peer access)",
 ))
-def build_can_device_access_peer(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    index, backend = fx.index, fx.backend
+def build_can_device_access_peer(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    index, backend = target.index, target.name
     api = f"torch.{ns}.{name}"
 
-    def can_device_access_peer(device, peer_device) -> bool:
+    def can_device_access_peer(device: Any, peer_device: Any) -> bool:
         if index(device) == index(peer_device):
             return False
         raise UnsupportedError(api, backend, "the backend reports no peer-access information between devices")

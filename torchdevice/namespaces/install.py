@@ -4,35 +4,36 @@
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Any, cast
 
 import torch
 
-from .. import boundary, router
+from .. import boundary, comm
 from .. import trace as _trace
+from .._patching import Patcher
+from ..router import Target
 from .nvtx import _nvtx_state
-from .rules import NATIVE, TRANSLATED, UNSUPPORTED, View
+from .rules import NATIVE, TRANSLATED, UNSUPPORTED
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
-from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Builder, Facade, Spec
+from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Builder, Spec
 from .wrapping import _raiser, _traced_class, _unsupported_class, _wrap
 
-_installed: dict | None = None
+_installed: dict[str, dict[str, Any]] | None = None
 
 
-def _build(fx: Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
+def _build(target: Target, ns: str, name: str, spec: Spec) -> Any:
     """The object ``torch.<ns>.<name>`` becomes; None for a native one (left untouched)."""
     api = f"torch.{ns}.{name}"
-    status_, note = spec.rule(view, ns)
+    status_, note = spec.rule(target, ns)
     if status_ is NATIVE and spec.build is None:
         return None
     if status_ is UNSUPPORTED or spec.build is None:
         if spec.kind == "value":
             return None  # an unsupported value attribute is left as torch has it
         if spec.kind == "class":
-            return _unsupported_class(api, view.name, note, name)
-        return _raiser(api, view.name, note, name.rpartition(".")[2])
-    built = spec.build(fx, ns, name.rpartition(".")[2])
+            return _unsupported_class(api, target.name, note, name)
+        return _raiser(api, target.name, note, name.rpartition(".")[2])
+    built = spec.build(target, ns, name.rpartition(".")[2])
     if spec.kind == "class":
         if name in ("Stream", "Event"):
             return built  # the backend's own classes, as they are
@@ -42,7 +43,7 @@ def _build(fx: Facade, view: View, ns: str, name: str, spec: Spec) -> Any:
     return _wrap(api, status_, note, built, name.rpartition(".")[2])
 
 
-def _install_backends_flags(patcher, fx: Facade, view: View, ns: str, objects: dict) -> None:
+def _install_backends_flags(patcher: Patcher, target: Target, ns: str, objects: dict[str, Any]) -> None:
     """``torch.backends.<ns>.is_built`` (and MPS's ``is_available``) agree with the fronted namespace.
 
     A program never sees ``is_available()`` True with ``is_built()`` False, a pair real torch
@@ -53,14 +54,14 @@ def _install_backends_flags(patcher, fx: Facade, view: View, ns: str, objects: d
         return
     if ns == "mps" and hasattr(flags, "is_available"):
         # MPS-written code asks torch.backends.mps.is_available() before choosing "mps"
-        status_, note = SPECS["is_available"].rule(view, ns)
+        status_, note = SPECS["is_available"].rule(target, ns)
         built = _wrap(f"torch.backends.{ns}.is_available", status_, note,
-                      cast(Builder, SPECS["is_available"].build)(fx, ns, "is_available"), "is_available")
+                      cast(Builder, SPECS["is_available"].build)(target, ns, "is_available"), "is_available")
         patcher.set(flags, "is_available", boundary.split(built, patcher.get(flags, "is_available")))
     real_is_built = patcher.get(flags, "is_built", None)
     if real_is_built is None:
         return
-    available = fx.available_for(ns)
+    available = target.available_for(ns)
 
     def is_built() -> bool:
         return available or bool(real_is_built())
@@ -71,12 +72,10 @@ def _install_backends_flags(patcher, fx: Facade, view: View, ns: str, objects: d
         _wrap(f"torch.backends.{ns}.is_built", TRANSLATED, note, is_built, "is_built"), real_is_built))
 
 
-def install(patcher, target) -> None:
-    """Make every namespace in ``target.sources`` front the active backend (see the module docstring)."""
+def install(patcher: Patcher, target: Target) -> None:
+    """Make every namespace in ``target.sources`` front the backend ``target`` (see the module docstring);
+    the builders keep what they build in ``target.state``."""
     global _installed
-    active = router.active()
-    view = View.of_active(active)
-    fx = Facade(active, target)
     installed: dict[str, dict[str, Any]] = {}
     for ns in NAMESPACES:
         if ns not in target.sources:
@@ -91,9 +90,9 @@ def install(patcher, target) -> None:
                 continue
             # The target's own namespace (cuda on CUDA): torch rewrites value attributes such as
             # default_generators when the device initialises, so they stay torch's own.
-            native_value = SPECS[name].kind == "value" and getattr(getattr(active.rng, "ns", None), "module", None) is module
-            obj = None if native_value else _build(fx, view, ns, name, SPECS[name])
-            fx.state[f"{ns}.{name}"] = obj if obj is not None else getattr(module, name, None)
+            native_value = SPECS[name].kind == "value" and getattr(getattr(target.rng, "ns", None), "module", None) is module
+            obj = None if native_value else _build(target, ns, name, SPECS[name])
+            target.state[f"{ns}.{name}"] = obj if obj is not None else getattr(module, name, None)
             if obj is not None:
                 objects[name] = obj
         if ns == "mtia" and "classproperty" not in vars(module):
@@ -112,21 +111,21 @@ def install(patcher, target) -> None:
             for sub in submodules:
                 if name in vars(sub):
                     patcher.set(sub, name, obj)
-        _install_backends_flags(patcher, fx, view, ns, objects)
+        _install_backends_flags(patcher, target, ns, objects)
         if ns == "cuda":
-            _install_nvtx(patcher, fx, view)
-            _install_comm(patcher, fx, view)
+            _install_nvtx(patcher, target)
+            _install_comm(patcher, target)
         installed[ns] = objects
     if target.sources:
-        _install_get_device_module(patcher, target, view)
+        _install_get_device_module(patcher, target)
     _installed = installed
     _trace.quiet = frozenset(  # the other families answer "not here", as on the source machine: not listed
-        api for ns in target.sources if ns != fx.source
+        api for ns in target.sources if ns != target.source
         for api in ([f"torch.{ns}.{name}" for name in _trace.PROBES]
                     + [f"torch.backends.{ns}.{name}" for name in _trace.BACKEND_PROBES]))
 
 
-def _install_get_device_module(patcher, target, view: View) -> None:
+def _install_get_device_module(patcher: Patcher, target: Target) -> None:
     """``torch.get_device_module("cuda")`` -> the fronted ``torch.cuda``, not the target's module.
 
     torch resolves the string through ``torch.device``, which translation maps
@@ -136,9 +135,9 @@ def _install_get_device_module(patcher, target, view: View) -> None:
     original = torch.get_device_module
     sources = target.sources
     api = "torch.get_device_module"
-    how = "{}: {}".format(*cast("tuple[object, str]", api_status(view, api)))
+    how = "{}: {}".format(*cast("tuple[object, str]", api_status(target, api)))
 
-    def get_device_module(device=None):
+    def get_device_module(device: Any = None) -> Any:
         if device.__class__ is str:
             kind = device.partition(":")[0]
             if kind in sources:
@@ -151,32 +150,28 @@ def _install_get_device_module(patcher, target, view: View) -> None:
     patcher.set(torch, "get_device_module", get_device_module)
 
 
-def _install_nvtx(patcher, fx: Facade, view: View) -> None:
+def _install_nvtx(patcher: Patcher, target: Target) -> None:
     nvtx = torch.cuda.nvtx
     for name in ("range_push", "range_pop", "range_start", "range_end", "mark", "range"):
         spec = NVTX_SPECS[name]
-        status_, note = spec.rule(view, "cuda")
-        built = cast(Builder, spec.build)(fx, "cuda", name)  # every nvtx row has a builder
-        fx.state[f"nvtx.{name}"] = built
+        status_, note = spec.rule(target, "cuda")
+        built = cast(Builder, spec.build)(target, "cuda", name)  # every nvtx row has a builder
+        target.state[f"nvtx.{name}"] = built
         obj = _wrap(f"torch.cuda.nvtx.{name}", status_, note, built, name)
         patcher.set(nvtx, name, obj)
 
 
-def _install_comm(patcher, fx: Facade, view: View) -> None:
+def _install_comm(patcher: Patcher, target: Target) -> None:
     """``torch.cuda.comm.<fn>`` -> :mod:`torchdevice.comm`'s function over the backend's collectives."""
-    try:
-        comm = importlib.import_module("torchdevice.comm")
-        import torch.cuda.comm as cuda_comm
-    except ImportError:
-        return
+    import torch.cuda.comm as cuda_comm
     for name in COMM_FUNCTIONS:
         impl = getattr(comm, name, None)
         if not callable(impl) or name not in vars(cuda_comm):
             continue
         api = f"torch.cuda.comm.{name}"
-        status_, note = comm_status(view, name)
+        status_, note = comm_status(target, name)
         if status_ is UNSUPPORTED:
-            obj = _raiser(api, view.name, note, name)
+            obj = _raiser(api, target.name, note, name)
         else:
             obj = _wrap(api, status_, note, impl, name)
         patcher.set(cuda_comm, name, obj)
@@ -192,6 +187,6 @@ def uninstall() -> None:
         pass
 
 
-def installed() -> dict | None:
+def installed() -> dict[str, dict[str, Any]] | None:
     """What :func:`install` put in place, per namespace (None when not installed)."""
     return _installed

@@ -1,20 +1,21 @@
 """``torch.<ns>`` memory functions: the allocator's figures, empty_cache, the memory fraction."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, cast
 
 from .. import trace as _trace
+from ..router import Target
 from .rules import NOOP, TRANSLATED, UNSUPPORTED, declared, op_rule, optional_op, when_op
-from .table import Builder, Facade, declare_unsupported, fronts
+from .table import Builder, declare_unsupported, fronts
 
 
 def device_op_builder(family: str, op: str) -> Builder:
     """Builder of ``torch.<ns>.<name>(device=None)``: the backend's ``family.op`` on that device's index."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-        fn, index = getattr(getattr(fx, family), op), fx.index
+    def build(target: Target, ns: str, name: str) -> Callable[..., Any]:
+        fn, index = getattr(getattr(target, family), op), target.index
 
-        def impl(device=None):
+        def impl(device: Any = None) -> Any:
             return fn(index(device))
 
         impl.__name__ = impl.__qualname__ = name
@@ -42,20 +43,20 @@ _DEPRECATED = {
 }
 
 
-def deprecated_alias_builder(target: str, message: str) -> Builder:
-    """Builder of a deprecated name: a FutureWarning (``message``, as torch's), then ``memory.target``."""
+def deprecated_alias_builder(op: str, message: str) -> Builder:
+    """Builder of a deprecated name: a FutureWarning (``message``, as torch's), then ``memory.<op>``."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-        fn, index, text = getattr(fx.memory, target), fx.index, message.format(ns=ns)
+    def build(target: Target, ns: str, name: str) -> Callable[..., Any]:
+        fn, index, text = getattr(target.memory, op), target.index, message.format(ns=ns)
 
-        def impl(device=None):
+        def impl(device: Any = None) -> Any:
             _trace.warn(text, FutureWarning)
             return fn(index(device))
 
         impl.__name__ = impl.__qualname__ = name
         return impl
 
-    build.__qualname__ = f"deprecated_alias_builder({target!r})"
+    build.__qualname__ = f"deprecated_alias_builder({op!r})"
     return build
 
 
@@ -65,8 +66,8 @@ for _name, (_target, _message) in _DEPRECATED.items():
 
 
 @fronts("empty_cache", op_rule("memory", "empty_cache"))
-def build_empty_cache(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn = fx.memory.empty_cache
+def build_empty_cache(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn = target.memory.empty_cache
 
     def empty_cache() -> None:
         fn()
@@ -75,10 +76,10 @@ def build_empty_cache(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("set_per_process_memory_fraction", op_rule("memory", "set_per_process_memory_fraction"))
-def build_set_per_process_memory_fraction(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.memory.set_per_process_memory_fraction, fx.index
+def build_set_per_process_memory_fraction(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.memory.set_per_process_memory_fraction, target.index
 
-    def set_per_process_memory_fraction(fraction, device=None) -> None:
+    def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
         if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
             raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
         fn(float(fraction), index(device))
@@ -86,11 +87,11 @@ def build_set_per_process_memory_fraction(fx: Facade, ns: str, name: str) -> Cal
     return set_per_process_memory_fraction
 
 
-def current_device_figure_builder(target: str) -> Builder:
-    """Builder of a no-argument figure of the current device: ``memory.target(current())``."""
+def current_device_figure_builder(op: str) -> Builder:
+    """Builder of a no-argument figure of the current device: ``memory.<op>(current())``."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-        fn, current = getattr(fx.memory, target), fx.current
+    def build(target: Target, ns: str, name: str) -> Callable[..., Any]:
+        fn, current = getattr(target.memory, op), target.streams.current_device
 
         def impl() -> int:
             return fn(current())
@@ -98,7 +99,7 @@ def current_device_figure_builder(target: str) -> Builder:
         impl.__name__ = impl.__qualname__ = name
         return impl
 
-    build.__qualname__ = f"current_device_figure_builder({target!r})"
+    build.__qualname__ = f"current_device_figure_builder({op!r})"
     return build
 
 
@@ -124,22 +125,22 @@ def _nest(stats: dict) -> dict:
 
 
 @fronts("memory_stats_as_nested_dict", op_rule("memory", "memory_stats", how="memory_stats() nested on '.'"))
-def build_memory_stats_as_nested_dict(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.memory.memory_stats, fx.index
+def build_memory_stats_as_nested_dict(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.memory.memory_stats, target.index
 
-    def memory_stats_as_nested_dict(device=None) -> dict:
+    def memory_stats_as_nested_dict(device: Any = None) -> dict:
         return _nest(fn(index(device)))
 
     return memory_stats_as_nested_dict
 
 
 @fronts("memory_summary", op_rule("memory", "memory_stats", how="CUDA's table layout, from memory_stats()"))
-def build_memory_summary(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_memory_summary(target: Target, ns: str, name: str) -> Callable[..., Any]:
     from .. import memstats
 
-    fn, index, backend = fx.memory.memory_stats, fx.index, fx.backend
+    fn, index, backend = target.memory.memory_stats, target.index, target.name
 
-    def memory_summary(device=None, abbreviated: bool = False) -> str:
+    def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         idx = index(device)
         return memstats.summary(fn(idx), idx, backend, abbreviated)
 
@@ -147,10 +148,10 @@ def build_memory_summary(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("device_memory_used", op_rule("memory", "mem_get_info", how="total minus free of mem_get_info()"))
-def build_device_memory_used(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.memory.mem_get_info, fx.index
+def build_device_memory_used(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.memory.mem_get_info, target.index
 
-    def device_memory_used(device=None) -> int:
+    def device_memory_used(device: Any = None) -> int:
         free, total = fn(index(device))
         return int(total - free)
 
@@ -163,7 +164,7 @@ def build_device_memory_used(fx: Facade, ns: str, name: str) -> Callable[..., An
            "caching to enable or disable"),
     "the {backend} backend's caching allocator cannot be switched off from Python",
 ))
-def build_caching_allocator_enable(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_caching_allocator_enable(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def caching_allocator_enable(value: bool = True) -> None:
         return None
 
@@ -176,11 +177,11 @@ def build_caching_allocator_enable(fx: Facade, ns: str, name: str) -> Callable[.
            "no-op)"),
     "the {backend} backend's caching allocator cannot be switched off from Python",
 ))
-def build_caching_allocator_disabled(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_caching_allocator_disabled(target: Target, ns: str, name: str) -> Callable[..., Any]:
     import contextlib
 
     @contextlib.contextmanager
-    def caching_allocator_disabled():
+    def caching_allocator_disabled() -> Iterator[None]:
         yield
 
     return caching_allocator_disabled
@@ -198,8 +199,8 @@ declare_unsupported("get_allocator_backend",
                                                 "empty list, the snapshot CUDA gives before its first allocation (a "
                                                 "question answered, not refused; a backend with segments defines "
                                                 "MemoryOps.memory_snapshot)"))
-def build_memory_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    def memory_snapshot(mempool_id=None, include_traces=True) -> list:
+def build_memory_snapshot(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    def memory_snapshot(mempool_id: Any = None, include_traces: bool = True) -> list:
         return []
 
     return memory_snapshot
@@ -213,8 +214,8 @@ declare_unsupported(("host_memory_stats", "reset_accumulated_host_memory_stats",
     "memory", "host_memory_stats",
     declared(UNSUPPORTED, "the {backend} backend reports no pinned host-memory statistics; use torch.{ns}.memory_stats()"),
 ))
-def build_host_memory_stats_as_nested_dict(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn = fx.memory.host_memory_stats
+def build_host_memory_stats_as_nested_dict(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn = cast(Any, target.memory).host_memory_stats  # an optional operation: its rule checked it is there
 
     def host_memory_stats_as_nested_dict() -> dict:
         return _nest(fn())
@@ -236,8 +237,8 @@ _EMPTY_SNAPSHOT = ("the {backend} backend exposes no allocator segments and reco
 
 
 @fronts("snapshot", declared(TRANSLATED, _EMPTY_SNAPSHOT))
-def build_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    count = fx.count
+def build_snapshot(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    count = target.device_count
 
     def snapshot() -> dict:
         return {"segments": [], "device_traces": [[] for _ in range(count)]}
@@ -258,10 +259,10 @@ declare_unsupported("memory._get_current_allocator", "the {backend} backend's al
 
 
 @fronts("memory._snapshot", declared(TRANSLATED, _EMPTY_SNAPSHOT))
-def build_private_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    count, index = fx.count, fx.index
+def build_private_snapshot(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    count, index = target.device_count, target.index
 
-    def _snapshot(device=None, augment_with_fx_traces=False) -> dict:
+    def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict:
         index(device)  # an invalid device raises, as CUDA's
         return {"segments": [], "device_traces": [[] for _ in range(count)]}
 
@@ -269,10 +270,10 @@ def build_private_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]
 
 
 @fronts("memory._dump_snapshot", declared(TRANSLATED, "pickles _snapshot() to the file, as torch: " + _EMPTY_SNAPSHOT))
-def build_dump_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    count = fx.count
+def build_dump_snapshot(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    count = target.device_count
 
-    def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False) -> None:
+    def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
         import pickle
 
         with open(filename, "wb") as f:
@@ -282,7 +283,7 @@ def build_dump_snapshot(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("ipc_collect", declared(NOOP, "no {ns} IPC handles exist on the {backend} backend: there is nothing to collect"))
-def build_ipc_collect(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_ipc_collect(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def ipc_collect() -> None:
         return None
 

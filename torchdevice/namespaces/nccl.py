@@ -4,26 +4,28 @@
 torch's own functions call ``torch._C._nccl_*``, which a build without NCCL lacks (an AttributeError)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
-from .rules import UNSUPPORTED, View, optional_op
-from .table import Facade, declare_native, declare_unsupported, fronts
+from ..backend import Status
+from ..router import Target
+from .rules import UNSUPPORTED, optional_op
+from .table import declare_native, declare_unsupported, fronts
 
 
-def _no_engine_version(view: View, ns: str) -> tuple:
+def _no_engine_version(target: Target, ns: str) -> tuple[Status, str]:
     """``nccl.version`` where the backend's collectives define no ``engine_version`` (gloo has none)."""
-    engine = getattr(view.collectives, "dist_backend", None)
+    engine = getattr(target.collectives, "dist_backend", None)
     if engine is None:
-        return UNSUPPORTED, f"the {view.name} backend has no collective engine, so no NCCL and no version"
+        return UNSUPPORTED, f"the {target.name} backend has no collective engine, so no NCCL and no version"
     return UNSUPPORTED, (
-        f"the {view.name} backend's collective engine ({engine}) reports no version; "
+        f"the {target.name} backend's collective engine ({engine}) reports no version; "
         "torchdevice.dist_backend() names the engine that runs torch.distributed's NCCL process groups here"
     )
 
 
 @fronts("nccl.version", optional_op("collectives", "engine_version", _no_engine_version))
-def build_version(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    engine_version = fx.collectives.engine_version
+def build_version(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    engine_version = cast(Any, target.collectives).engine_version  # an optional operation: its rule checked it is there
 
     def version() -> tuple:
         return tuple(engine_version())

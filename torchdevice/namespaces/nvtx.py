@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from ..router import Target
 from .rules import NOOP, declared
-from .table import NVTX_SPECS, Facade, fronts
+from .table import NVTX_SPECS, fronts
 
 _NVTX_NOTE = ("no NVTX profiler on the {backend} backend: the annotation is dropped; range depths and ids are "
               "tracked per thread so the values returned are the true ones")
@@ -23,8 +24,8 @@ def _nvtx_depth() -> list:
 
 
 @fronts("range_push", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_push(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    def range_push(msg) -> int:
+def build_range_push(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    def range_push(msg: str) -> int:
         stack = _nvtx_depth()
         stack.append(msg)
         return len(stack) - 1
@@ -33,7 +34,7 @@ def build_range_push(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("range_pop", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_pop(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_range_pop(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def range_pop() -> int:
         stack = _nvtx_depth()
         if not stack:
@@ -45,8 +46,8 @@ def build_range_pop(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("range_start", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_start(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    def range_start(msg) -> int:
+def build_range_start(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    def range_start(msg: str) -> int:
         with _nvtx_lock:
             return next(_nvtx_ids)
 
@@ -54,8 +55,8 @@ def build_range_start(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts(("range_end", "mark"), declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range_end_or_mark(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    def impl(arg) -> None:
+def build_range_end_or_mark(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    def impl(arg: Any) -> None:
         return None
 
     impl.__name__ = impl.__qualname__ = name
@@ -63,13 +64,13 @@ def build_range_end_or_mark(fx: Facade, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("range", declared(NOOP, _NVTX_NOTE), table=NVTX_SPECS)
-def build_range(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_range(target: Target, ns: str, name: str) -> Callable[..., Any]:
     import contextlib
 
-    push, pop = fx.state["nvtx.range_push"], fx.state["nvtx.range_pop"]
+    push, pop = target.state["nvtx.range_push"], target.state["nvtx.range_pop"]
 
     @contextlib.contextmanager
-    def range(msg, *args, **kwargs):
+    def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
         push(msg.format(*args, **kwargs))
         try:
             yield

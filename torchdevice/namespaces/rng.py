@@ -1,18 +1,19 @@
 """``torch.<ns>`` random-number functions: seeds, generator states, default_generators."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable
 
 import torch
 
+from ..router import Target
 from .rules import op_rule
-from .table import Builder, Facade, fronts
+from .table import Builder, fronts
 
 
 @fronts("manual_seed", op_rule("rng", "manual_seed"))
-def build_manual_seed(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn = getattr(fx.rng, name)
+def build_manual_seed(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn = getattr(target.rng, name)
 
     def impl(seed: int) -> None:
         fn(int(seed))
@@ -27,10 +28,10 @@ fronts("manual_seed_all", op_rule("rng", "manual_seed_all"))(build_manual_seed)
 def no_argument_op_builder(family: str, op: str) -> Builder:
     """Builder of ``torch.<ns>.<name>()``: the backend's ``family.op()``."""
 
-    def build(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-        fn = getattr(getattr(fx, family), op)
+    def build(target: Target, ns: str, name: str) -> Callable[..., Any]:
+        fn = getattr(getattr(target, family), op)
 
-        def impl():
+        def impl() -> Any:
             return fn()
 
         impl.__name__ = impl.__qualname__ = name
@@ -45,25 +46,25 @@ for _name in ("seed", "seed_all", "initial_seed"):
 
 
 @fronts("get_rng_state", op_rule("rng", "get_rng_state"))
-def build_get_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.rng.get_rng_state, fx.index
+def build_get_rng_state(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.rng.get_rng_state, target.index
 
-    def get_rng_state(device=None) -> torch.Tensor:
+    def get_rng_state(device: Any = None) -> torch.Tensor:
         return fn(index(device))
 
     return get_rng_state
 
 
-def _check_state(new_state) -> None:
+def _check_state(new_state: object) -> None:
     if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8:
         raise TypeError(f"new_state must be a torch.ByteTensor, got {type(new_state).__name__}")
 
 
 @fronts("set_rng_state", op_rule("rng", "set_rng_state"))
-def build_set_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.rng.set_rng_state, fx.index
+def build_set_rng_state(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.rng.set_rng_state, target.index
 
-    def set_rng_state(new_state, device=None) -> None:
+    def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
         _check_state(new_state)
         fn(new_state, index(device))
 
@@ -71,8 +72,8 @@ def build_set_rng_state(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
 
 
 @fronts("get_rng_state_all", op_rule("rng", "get_rng_state", how="get_rng_state() of every device"))
-def build_get_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, count = fx.rng.get_rng_state, fx.count
+def build_get_rng_state_all(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, count = target.rng.get_rng_state, target.device_count
 
     def get_rng_state_all() -> list:
         return [fn(i) for i in range(count)]
@@ -81,10 +82,10 @@ def build_get_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("set_rng_state_all", op_rule("rng", "set_rng_state", how="set_rng_state() of every device"))
-def build_set_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = fx.rng.set_rng_state, fx.index
+def build_set_rng_state_all(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = target.rng.set_rng_state, target.index
 
-    def set_rng_state_all(new_states) -> None:
+    def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
         for i, state in enumerate(new_states):
             _check_state(state)
             fn(state, index(i))
@@ -93,8 +94,8 @@ def build_set_rng_state_all(fx: Facade, ns: str, name: str) -> Callable[..., Any
 
 
 @fronts("default_generators", op_rule("rng", "default_generator", how="each device's default generator"), kind="value")
-def build_default_generators(fx: Facade, ns: str, name: str) -> Any:
-    return _DeviceGenerators(fx.rng.default_generator, fx.count)
+def build_default_generators(target: Target, ns: str, name: str) -> Any:
+    return _DeviceGenerators(target.rng.default_generator, target.device_count)
 
 
 class _DeviceGenerators(Sequence):
@@ -107,15 +108,15 @@ class _DeviceGenerators(Sequence):
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
             return tuple(self._get(i) for i in range(self._count)[index])
         return self._get(range(self._count)[index])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return (self._get(i) for i in range(self._count))  # errors propagate (Sequence's would stop)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
 
     __hash__ = None  # type: ignore[assignment]  # mutable view, like a list

@@ -2,10 +2,13 @@
 :func:`status`, :func:`api_status`, :func:`fronted`."""
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 
 from ..backend import Status
-from .rules import NATIVE, NOOP, TRANSLATED, View
+from ..router import Target
+from .rules import NATIVE, NOOP, TRANSLATED
 from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Spec
 
 
@@ -16,8 +19,8 @@ def spec_for(ns: str, name: str) -> Spec | None:
     return SPECS.get(name)
 
 
-def status(view: View, ns: str, name: str) -> tuple[Status, str] | None:
-    """``(Status, note)`` of ``torch.<ns>.<name>`` on the backend ``view``; None if torchdevice has no spec for it.
+def status(target: Target, ns: str, name: str) -> tuple[Status, str] | None:
+    """``(Status, note)`` of ``torch.<ns>.<name>`` on the backend ``target``; None if torchdevice has no spec for it.
 
     When the backend's device type *is* ``ns`` (``torch.cuda`` on the cuda
     backend), nothing is translated and every function is native.
@@ -25,9 +28,9 @@ def status(view: View, ns: str, name: str) -> tuple[Status, str] | None:
     spec = spec_for(ns, name)
     if spec is None:
         return None
-    if ns == view.device_type:
-        return NATIVE, f"torch.{ns} itself: code written for {ns} runs untranslated on the {view.name} backend"
-    return spec.rule(view, ns)
+    if ns == target.device_type:
+        return NATIVE, f"torch.{ns} itself: code written for {ns} runs untranslated on the {target.name} backend"
+    return spec.rule(target, ns)
 
 
 #: Private names fronted where the namespace has them: programs call them (``torch.cuda._sleep`` makes pending work).
@@ -47,7 +50,7 @@ def _original_names() -> dict[str, set[str]]:
     return names
 
 
-def _submodule_names(module) -> set[str]:
+def _submodule_names(module: ModuleType) -> set[str]:
     """The ``"<submodule>.<name>"`` rows (``"memory._snapshot"``) whose function ``module``'s submodule has."""
     found = set()
     for row in SPECS:
@@ -74,8 +77,8 @@ def fronted(ns: str) -> list[str]:
     return sorted(apis)
 
 
-def api_status(view: View, api: str) -> tuple[Status, str] | None:
-    """``(Status, note)`` of any API :func:`install` fronts, on the backend ``view``; None if none.
+def api_status(target: Target, api: str) -> tuple[Status, str] | None:
+    """``(Status, note)`` of any API :func:`install` fronts, on the backend ``target``; None if none.
 
     Accepts ``torch.cuda.X`` and the submodule spellings ``torch.cuda.memory.X``,
     ``torch.cuda.random.X``, ``torch.cuda.streams.X``, ``torch.cuda.graphs.X``,
@@ -83,12 +86,12 @@ def api_status(view: View, api: str) -> tuple[Status, str] | None:
     and ``torch.backends.mps.is_available``.
     """
     if api == "torch.backends.mps.is_available":
-        return status(view, "mps", "is_available")
+        return status(target, "mps", "is_available")
     if api in ("torch.Tensor.record_stream", ".record_stream()"):
-        return record_stream_status(view)
+        return record_stream_status(target)
     if api == "torch.get_device_module":
         return TRANSLATED, (
-            f"a {', '.join(t for t in NAMESPACES if t != view.device_type)} device string gives the fronted "
+            f"a {', '.join(t for t in NAMESPACES if t != target.device_type)} device string gives the fronted "
             "torch.<type> namespace (which answers for the backend); anything else as torch"
         )
     parts = api.split(".")
@@ -96,23 +99,23 @@ def api_status(view: View, api: str) -> tuple[Status, str] | None:
         return None
     ns, rest = parts[1], parts[2:]
     if len(rest) == 2 and rest[0] == "nvtx":
-        return status(view, ns, "nvtx." + rest[1])
+        return status(target, ns, "nvtx." + rest[1])
     if len(rest) == 2 and rest[0] == "comm":
-        return comm_status(view, rest[1]) if ns == "cuda" and rest[1] in COMM_FUNCTIONS else None
+        return comm_status(target, rest[1]) if ns == "cuda" and rest[1] in COMM_FUNCTIONS else None
     if ".".join(rest) in _ORIGINAL_NAMES[ns] and ".".join(rest) in SPECS:  # a submodule's own function
-        return status(view, ns, ".".join(rest))
+        return status(target, ns, ".".join(rest))
     if len(rest) == 2 and rest[0] in SUBMODULES[ns]:
         rest = rest[1:]
     if len(rest) != 1:
         return None
-    return status(view, ns, rest[0])
+    return status(target, ns, rest[0])
 
 
-def record_stream_status(view: View) -> tuple[Status, str]:
-    """``Tensor.record_stream(s)`` for a stream of the backend ``view`` (patched by :mod:`torchdevice.devices`)."""
-    if view.device_type == "cpu":
+def record_stream_status(target: Target) -> tuple[Status, str]:
+    """``Tensor.record_stream(s)`` for a stream of the backend ``target`` (patched by :mod:`torchdevice.devices`)."""
+    if target.device_type == "cpu":
         return NOOP, (
-            f"the {view.name} backend's tensors live in host memory and its streams are host-synchronous: work "
+            f"the {target.name} backend's tensors live in host memory and its streams are host-synchronous: work "
             "queued on one is complete when its call returns, so the memory may be reused at once"
         )
     return NATIVE, "torch's own Tensor.record_stream with the backend's stream"
@@ -121,8 +124,8 @@ def record_stream_status(view: View) -> tuple[Status, str]:
 COMM_FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")
 
 
-def comm_status(view: View, name: str) -> tuple[Status, str]:
-    """``torch.cuda.comm.<name>`` on ``view``: the backend's collectives operation, as tagged."""
-    if view.device_type == "cuda":
-        return NATIVE, f"torch.cuda itself: code written for cuda runs untranslated on the {view.name} backend"
-    return view.op("collectives", name)
+def comm_status(target: Target, name: str) -> tuple[Status, str]:
+    """``torch.cuda.comm.<name>`` on ``target``: the backend's collectives operation, as tagged."""
+    if target.device_type == "cuda":
+        return NATIVE, f"torch.cuda itself: code written for cuda runs untranslated on the {target.name} backend"
+    return target.op("collectives", name)

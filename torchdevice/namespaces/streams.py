@@ -8,15 +8,16 @@ from typing import Any, Callable
 import torch
 
 from ..backend import DEFAULT_CLOCK_KHZ, Status, status_of
+from ..router import Target
 from .rules import EMULATED, NOOP, all_of, declared, op_or_host, op_rule, stream_class_rule, when_op
-from .table import Facade, declare_unsupported, fronts
+from .table import declare_unsupported, fronts
 
 
 @fronts("current_stream", op_rule("streams", "current_stream"))
-def build_current_or_default_stream(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    fn, index = getattr(fx.streams, name), fx.index
+def build_current_or_default_stream(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    fn, index = getattr(target.streams, name), target.index
 
-    def impl(device=None):
+    def impl(device: Any = None) -> Any:
         return fn(index(device))
 
     impl.__name__ = impl.__qualname__ = name
@@ -26,10 +27,10 @@ def build_current_or_default_stream(fx: Facade, ns: str, name: str) -> Callable[
 fronts("default_stream", op_rule("streams", "default_stream"))(build_current_or_default_stream)
 
 
-def _set_stream_impl(fx: Facade) -> Callable[[Any], None]:
-    set_stream_op, set_device_op, current = fx.streams.set_stream, fx.streams.set_device, fx.current
+def _set_stream_impl(target: Target) -> Callable[[Any], None]:
+    set_stream_op, set_device_op, current = target.streams.set_stream, target.streams.set_device, target.streams.current_device
 
-    def set_stream(stream) -> None:
+    def set_stream(stream: Any) -> None:
         if stream is None:
             return  # a no-op, as torch.cuda.set_stream(None)
         index = getattr(stream, "device_index", None)
@@ -41,26 +42,26 @@ def _set_stream_impl(fx: Facade) -> Callable[[Any], None]:
 
 
 @fronts("set_stream", all_of(("streams", "set_stream"), ("streams", "set_device")))
-def build_set_stream(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    return _set_stream_impl(fx)
+def build_set_stream(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    return _set_stream_impl(target)
 
 
 @fronts("StreamContext", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
                                how="selects a stream (and its device) for its block, then restores both"),
        kind="class")
-def build_StreamContext(fx: Facade, ns: str, name: str) -> type:
-    set_stream = _set_stream_impl(fx)
-    current_stream_op, index = fx.streams.current_stream, fx.index
+def build_StreamContext(target: Target, ns: str, name: str) -> type:
+    set_stream = _set_stream_impl(target)
+    current_stream_op, index = target.streams.current_stream, target.index
 
     class StreamContext:
         """Context manager that selects ``stream`` (None: no-op), as ``torch.cuda.StreamContext``."""
 
-        def __init__(self, stream):
+        def __init__(self, stream: Any) -> None:
             self.stream = stream
-            self.src_prev_stream = None
-            self.dst_prev_stream = None
+            self.src_prev_stream: Any = None
+            self.dst_prev_stream: Any = None
 
-        def __enter__(self):
+        def __enter__(self) -> None:
             cur = self.stream
             if cur is None:
                 return
@@ -69,7 +70,7 @@ def build_StreamContext(fx: Facade, ns: str, name: str) -> type:
                 self.dst_prev_stream = current_stream_op(index(cur.device_index))
             set_stream(cur)
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: object) -> None:
             cur = self.stream
             if cur is None:
                 return
@@ -83,29 +84,29 @@ def build_StreamContext(fx: Facade, ns: str, name: str) -> type:
 
 @fronts("stream", all_of(("streams", "set_stream"), ("streams", "current_stream"), ("streams", "set_device"),
                         how="returns torch.{ns}.StreamContext(stream)"))
-def build_stream(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    context = fx.state[f"{ns}.StreamContext"]
+def build_stream(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    context = target.state[f"{ns}.StreamContext"]
 
-    def stream(stream):
+    def stream(stream: Any) -> Any:
         return context(stream)
 
     return stream
 
 
 @fronts("Stream", stream_class_rule("Stream"), kind="class")
-def build_Stream(fx: Facade, ns: str, name: str) -> type:
-    return fx.streams.Stream
+def build_Stream(target: Target, ns: str, name: str) -> type | None:
+    return target.streams.Stream
 
 
 @fronts("Event", stream_class_rule("Event"), kind="class")
-def build_Event(fx: Facade, ns: str, name: str) -> type:
-    return fx.streams.Event
+def build_Event(target: Target, ns: str, name: str) -> type | None:
+    return target.streams.Event
 
 
 @fronts("is_current_stream_capturing", declared(
     EMULATED, "always False: graph capture does not exist on the {backend} backend, so none can be underway",
 ))
-def build_is_current_stream_capturing(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_is_current_stream_capturing(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def is_current_stream_capturing() -> bool:
         return False
 
@@ -119,11 +120,11 @@ def build_is_current_stream_capturing(fx: Facade, ns: str, name: str) -> Callabl
     "the {backend} backend cannot queue a wait on a stream (its streams family has no sleep operation); "
     "time.sleep() waits on the host",
 ))
-def build_sleep(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_sleep(target: Target, ns: str, name: str) -> Callable[..., Any]:
     """``torch.<ns>._sleep(cycles)``: the backend's ``streams.sleep(ms, index)``, or a host sleep where it has none."""
-    queued = status_of(fx.streams, "sleep")[0] is not Status.UNSUPPORTED
-    sleep_op = fx.streams.sleep if queued else None
-    current, properties = fx.current, fx.active.properties
+    queued = status_of(target.streams, "sleep")[0] is not Status.UNSUPPORTED
+    sleep_op = target.streams.sleep if queued else None
+    current, properties = target.streams.current_device, target.properties
 
     def _sleep(cycles: int) -> None:
         index = current()
@@ -146,15 +147,15 @@ _MODES = {"default": 0, "warn": 1, "error": 2}
 
 
 @fronts("set_sync_debug_mode", when_op("streams", "synchronize", NOOP, _SYNC_DEBUG, _SYNC_DEBUG_NO))
-def build_set_sync_debug_mode(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    def set_sync_debug_mode(debug_mode) -> None:
+def build_set_sync_debug_mode(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    def set_sync_debug_mode(debug_mode: int | str) -> None:
         if isinstance(debug_mode, str):
             if debug_mode not in _MODES:
                 raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
             debug_mode = _MODES[debug_mode]
         if not isinstance(debug_mode, int) or debug_mode not in (0, 1, 2):
             raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected 0, 1 or 2")
-        fx.sync_debug_mode = int(debug_mode)
+        target.state["sync_debug_mode"] = int(debug_mode)
 
     return set_sync_debug_mode
 
@@ -163,9 +164,11 @@ def build_set_sync_debug_mode(fx: Facade, ns: str, name: str) -> Callable[..., A
     EMULATED, "the mode set_sync_debug_mode kept (0, 'default', where it cannot be set on the {backend} backend): "
     "no operation on it is reported as synchronizing",
 ))
-def build_get_sync_debug_mode(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_get_sync_debug_mode(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    state = target.state
+
     def get_sync_debug_mode() -> int:
-        return fx.sync_debug_mode
+        return state.get("sync_debug_mode", 0)
 
     return get_sync_debug_mode
 
@@ -191,9 +194,9 @@ declare_unsupported("ExternalStream", "external {ns} streams cannot be wrapped o
     NOOP, "graphs do not exist on the {backend} backend: the callables are returned as they are and run eagerly, "
     "computing the same results without graph replay",
 ))
-def build_make_graphed_callables(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
-    def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
-                               allow_unused_input: bool = False, pool=None):
+def build_make_graphed_callables(target: Target, ns: str, name: str) -> Callable[..., Any]:
+    def make_graphed_callables(callables: Any, sample_args: Any, num_warmup_iters: int = 3,
+                               allow_unused_input: bool = False, pool: Any = None) -> Any:
         return callables
 
     return make_graphed_callables
@@ -202,7 +205,7 @@ def build_make_graphed_callables(fx: Facade, ns: str, name: str) -> Callable[...
 @fronts("check_error", declared(
     EMULATED, "0 (cudaSuccess) passes; any other CUDA runtime result code raises torch.cuda.CudaError",
 ))
-def build_check_error(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_check_error(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def check_error(res: int) -> None:
         if res != 0:
             error_class = getattr(torch.cuda, "CudaError", RuntimeError)

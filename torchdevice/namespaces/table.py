@@ -2,7 +2,7 @@
 
 The family modules fill it when imported, one row per name, with three helpers:
 
-* ``@fronts("name", rule)`` above a builder ``build_name(fx: Facade, ns: str, name: str)``, which
+* ``@fronts("name", rule)`` above a builder ``build_name(target: Target, ns: str, name: str)``, which
   returns the object ``torch.<ns>.<name>`` becomes (called by :func:`~torchdevice.namespaces.install`
   once per install, only when the rule's status is not unsupported);
 * ``declare_unsupported("name", instead)``: raises :class:`~torchdevice.UnsupportedError` saying what
@@ -14,7 +14,8 @@ A name ``"<submodule>.<name>"`` (``"memory._snapshot"``, ``"nccl.version"``) is 
 
 Every row records where it was declared (:attr:`Spec.declared_at`); :func:`where` answers with it.
 Also here: :data:`OPTIONAL_OPS` (operations a plugin may add to its Ops to give a function a real
-answer) and :class:`Facade`, what a builder closes over.
+answer). A builder closes over the install's :class:`~torchdevice.router.Target` (``target``): the
+backend's bound operations, ``target.index(device)``, and ``target.state``, the objects built so far.
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ import os
 import sys
 from typing import Any, Callable, NamedTuple, Union
 
-from ..errors import InvalidDeviceError
-from ..vocabulary import SOURCE_FAMILIES, parse_index
-from .rules import NATIVE, UNSUPPORTED, Rule, View, declared, optional_op
+from ..router import Target
+from ..vocabulary import SOURCE_FAMILIES
+from .rules import NATIVE, UNSUPPORTED, Rule, declared, optional_op
 
 #: The namespaces torchdevice fronts, by device type: one per source family.
 NAMESPACES = SOURCE_FAMILIES
@@ -37,9 +38,9 @@ SUBMODULES = {
     "mtia": ("memory",),
 }
 
-#: ``build(fx, ns, name)``: the object ``torch.<ns>.<name>`` becomes, given the install's
-#: :class:`Facade`, the namespace (``"cuda"``) and the function's short name.
-Builder = Callable[["Facade", str, str], Any]
+#: ``build(target, ns, name)``: the object ``torch.<ns>.<name>`` becomes, given the install's
+#: :class:`~torchdevice.router.Target`, the namespace (``"cuda"``) and the function's short name.
+Builder = Callable[[Target, str, str], Any]
 
 #: one name or several sharing a row
 Names = Union[str, "tuple[str, ...]"]
@@ -48,7 +49,7 @@ Names = Union[str, "tuple[str, ...]"]
 class Spec(NamedTuple):
     """How one namespace function behaves: its status rule and, unless native, its builder.
 
-    ``build(fx, ns, name)`` returns the implementation, called only when the
+    ``build(target, ns, name)`` returns the implementation, called only when the
     rule's status is not unsupported; unsupported functions raise
     :class:`~torchdevice.UnsupportedError` built from the rule's note.
     """
@@ -122,7 +123,8 @@ def where(api: str) -> str:
     if spec is None:
         raise KeyError(f"{api!r} is not declared in torchdevice.namespaces (SPECS/NVTX_SPECS)")
     build = spec.build
-    builder = "no builder: " + str(spec.rule(View("?", "?", None, None, None), "cuda")[0]) if build is None else (
+    nothing = Target("?", "?", 0, None, None, None, None)  # type: ignore[arg-type]  # no operations: a declared row
+    builder = "no builder: " + str(spec.rule(nothing, "cuda")[0]) if build is None else (
         f"{build.__module__}.{build.__qualname__}")
     return f"{spec.declared_at} ({builder})"
 
@@ -146,80 +148,38 @@ OPTIONAL_OPS = {
 }
 
 
-def _build_optional(fx: Facade, name: str, build: Builder | None) -> Callable[..., Any]:
+def _build_optional(target: Target, name: str, build: Builder | None) -> Callable[..., Any]:
     """Builder: the backend's optional op when it has one, else ``build`` (the fallback's builder)."""
     family, call = OPTIONAL_OPS[name]
-    op = getattr(getattr(fx, family), name)
-    index = fx.index
+    op = getattr(getattr(target, family), name)
+    index = target.index
     impl: Callable[..., Any]
     if call == "device":
-        def device_impl(device=None):
+        def device_impl(device: Any = None) -> Any:
             return op(index(device))
         impl = device_impl
     elif call == "pair":
-        def pair_impl(device, peer_device):
+        def pair_impl(device: Any, peer_device: Any) -> Any:
             return op(index(device), index(peer_device))
         impl = pair_impl
     else:
-        def no_argument_impl():
+        def no_argument_impl() -> Any:
             return op()
         impl = no_argument_impl
     impl.__name__ = impl.__qualname__ = name
     return impl
 
 
-class Facade:
-    """What the builders of one install close over: the active backend's bound operations and the target.
-
-    ``index(device)`` turns a device argument into a valid index (the current device for ``None``);
-    ``current()`` is the current device; ``state`` holds the objects built so far in this install
-    (``"cuda.device"``), for builders that need another one (``device_of`` subclasses ``device``).
-    """
-
-    def __init__(self, active: Any, target: Any):
-        self.active = active
-        self.target = target
-        self.backend = active.name
-        self.memory, self.streams, self.rng = active.memory, active.streams, active.rng
-        self.collectives = active.collectives
-        self.count = count = active.device_count
-        #: whether the target claims devices at all (before the source-family rule)
-        self.available = bool(target.report_available or target.indexed) and count > 0
-        self.source = target.source
-        backend = active.name
-        current = active.streams.current_device
-        self.current = current
-
-        def index(device=None) -> int:
-            if device is None:
-                return current()
-            if type(device) is int:
-                if device < 0:
-                    return current()
-                if device < count:
-                    return device
-                raise InvalidDeviceError(device, count, backend)
-            return parse_index(device, current(), count, backend)
-
-        self.index = index
-        self.sync_debug_mode = 0
-        self.state: dict[str, Any] = {}
-
-    def available_for(self, ns: str) -> bool:
-        """What ``torch.<ns>.is_available()`` answers: only the source family claims a device."""
-        return self.available and ns == self.source
-
-
 def optional_op_builder(name: str, fallback: Builder | None) -> Builder:
     """Builder of an optional operation's function: the backend's own op when its Ops define one, else
     ``fallback`` (the builder declared in the family module; None where that row has none)."""
 
-    def build(fx: Facade, ns: str, short: str) -> Any:
+    def build(target: Target, ns: str, short: str) -> Any:
         family, _ = OPTIONAL_OPS[name]
-        ops = getattr(fx, family)
+        ops = getattr(target, family)
         if ops is not None and callable(getattr(type(ops), name, None)):
-            return _build_optional(fx, name, None)
-        return None if fallback is None else fallback(fx, ns, short)
+            return _build_optional(target, name, None)
+        return None if fallback is None else fallback(target, ns, short)
 
     build.__qualname__ = f"optional_op_builder({name!r}, fallback={getattr(fallback, '__qualname__', None)})"
     return build

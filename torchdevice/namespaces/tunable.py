@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..router import Target
 from .rules import TRANSLATED, declared
-from .table import Facade, declare_unsupported, fronts
+from .table import declare_unsupported, fronts
 
 _QUERIES = ("tunable.is_enabled", "tunable.tuning_is_enabled", "tunable.record_untuned_is_enabled")
 
 
 @fronts(_QUERIES, declared(TRANSLATED, "False: TunableOp tunes CUDA/ROCm BLAS kernels, which the {backend} backend "
                                        "does not run, so it is never on"))
-def build_query(fx: Facade, ns: str, name: str) -> Callable[..., Any]:
+def build_query(target: Target, ns: str, name: str) -> Callable[..., Any]:
     def query() -> bool:
         return False
 

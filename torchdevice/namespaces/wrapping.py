@@ -4,7 +4,7 @@ unsupported function, and the stand-ins for classes."""
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Any, Callable, NoReturn
 
 from .. import trace as _trace
 from ..backend import STATUS_ATTR, Status
@@ -59,7 +59,7 @@ def _wrap(api: str, status_: Status, note: str, impl: Callable, name: str) -> Ca
 
 
 def _raiser(api: str, backend: str, instead: str, name: str) -> Callable:
-    def unsupported(*args, **kwargs):
+    def unsupported(*args: Any, **kwargs: Any) -> NoReturn:
         if _trace.active:
             _trace.note(api, "unsupported")
         raise UnsupportedError(api, backend, instead)
@@ -74,7 +74,7 @@ def _raiser(api: str, backend: str, instead: str, name: str) -> Callable:
 def _unsupported_class(api: str, backend: str, instead: str, name: str) -> type:
     """A class standing in for an unsupported one: ``isinstance`` works (False), construction raises."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
         if _trace.active:
             _trace.note(api, "unsupported")
         raise UnsupportedError(api, backend, instead)
@@ -94,7 +94,7 @@ def _traced_class(cls: type, api: str, status_: Status, note: str) -> type:
     how = f"{status_}: {note}" if note else str(status_)
 
     @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
         if _trace.active:
             _trace.note(api, how)
         init(self, *args, **kwargs)

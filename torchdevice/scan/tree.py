@@ -78,16 +78,12 @@ def iter_files(paths: Iterable[str], default_excludes: bool = True, exclude: Seq
 def status_lookup(backend: str | None) -> tuple[Callable[[str], tuple[str, str]], str]:
     """Return ``(lookup, note)``: ``lookup(api) -> (status, note)`` on ``backend``.
 
-    Statuses come from ``torchdevice.matrix.status_for``; while that module is
-    missing every status is ``"unknown"`` and ``note`` says why.
+    Statuses come from ``torchdevice.matrix.status_for`` (imported only when a backend is asked for);
+    with no backend every status is ``"unknown"`` and ``note`` says so.
     """
-    try:
-        from ..matrix import status_for  # type: ignore[attr-defined]
-    except ImportError as exc:
-        note = f"no statuses: torchdevice.matrix.status_for is not available ({exc})"
-        return (lambda api: (UNKNOWN, "")), note
     if backend is None:
         return (lambda api: (UNKNOWN, "")), "no statuses: no backend"
+    from ..matrix import status_for
 
     cache: dict[str, tuple[str, str]] = {}
 

@@ -6,8 +6,9 @@ import collections
 import re
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import pluggy
 import torch
@@ -25,6 +26,13 @@ from ..backend import (
 from ..errors import BackendUnavailableError, UnsupportedError
 from ..vocabulary import SOURCE_FAMILIES
 from .sandbox import registered
+
+if TYPE_CHECKING:
+    from ..backend import Ops
+    from ..router import Target
+
+    #: a plugin under test: any object implementing the torchdevice hooks (a Backend subclass or not)
+    Plugin = Any
 
 
 @dataclass
@@ -65,7 +73,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _OTHER = "__torchdevice_not_this_backend__"
 
 
-def _spec(plugin) -> BackendSpec:
+def _spec(plugin: Plugin) -> BackendSpec:
     specs = plugin.torchdevice_backends()
     assert isinstance(specs, (list, tuple)) and specs, f"torchdevice_backends() returned {specs!r}, not a list of BackendSpec"
     for spec in specs:
@@ -73,7 +81,7 @@ def _spec(plugin) -> BackendSpec:
     return specs[0]
 
 
-def check_spec(plugin) -> str:
+def check_spec(plugin: Plugin) -> str:
     """The declaration: a name usable in env lists, a torch device type, an int priority."""
     for spec in plugin.torchdevice_backends():
         assert isinstance(spec, BackendSpec), f"{spec!r} is not a BackendSpec"
@@ -96,7 +104,7 @@ def check_spec(plugin) -> str:
     return ""
 
 
-def check_hookimpls(plugin) -> str:
+def check_hookimpls(plugin: Plugin) -> str:
     """Every hook implementation matches a hookspec (pluggy's check_pending in a fresh manager)."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
@@ -110,7 +118,7 @@ def check_hookimpls(plugin) -> str:
     return f"implements {', '.join(implemented)}"
 
 
-def check_availability(plugin) -> str:
+def check_availability(plugin: Plugin) -> str:
     """``torchdevice_availability`` does not raise, returns an Availability with a reason, None for others."""
     name = _spec(plugin).name
     try:
@@ -124,19 +132,19 @@ def check_availability(plugin) -> str:
     return f"available={found.available} automatic={found.automatic}: {found.reason}"
 
 
-def _available(plugin) -> Availability:
+def _available(plugin: Plugin) -> Availability:
     found = plugin.torchdevice_availability(name=_spec(plugin).name)
     if not found:
         raise _Skip(f"not available here: {found.reason}")
     return found
 
 
-def _families(plugin) -> dict[str, Any]:
+def _families(plugin: Plugin) -> dict[str, Any]:
     name = _spec(plugin).name
     return {family: getattr(plugin, f"torchdevice_{family}")(name=name) for family in FAMILIES}
 
 
-def check_families(plugin) -> str:
+def check_families(plugin: Plugin) -> str:
     """Each family hook returns its family's Ops for the backend's name, None for others."""
     name = _spec(plugin).name
     for family in FAMILIES:
@@ -158,7 +166,7 @@ def check_families(plugin) -> str:
     return f"{count} device(s), device 0: {props.name}"
 
 
-def _families_without_hardware(plugin) -> dict[str, Any]:
+def _families_without_hardware(plugin: Plugin) -> dict[str, Any]:
     """The family objects, also for a backend not available here (the matrix reads their tags
     without hardware); skipped only when the plugin cannot build them without it."""
     try:
@@ -173,14 +181,14 @@ def _families_without_hardware(plugin) -> dict[str, Any]:
     return families
 
 
-def _available_or_none(plugin) -> bool:
+def _available_or_none(plugin: Plugin) -> bool:
     try:
         return bool(plugin.torchdevice_availability(name=_spec(plugin).name))
     except Exception:
         return False
 
 
-def check_tags(plugin) -> str:
+def check_tags(plugin: Plugin) -> str:
     """Every operation of every family carries a status tag (native/translated/emulated/no-op/unsupported);
     checked without hardware too."""
     untagged: list[str] = []
@@ -197,7 +205,7 @@ def check_tags(plugin) -> str:
     return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
 
-def check_unsupported(plugin) -> str:
+def check_unsupported(plugin: Plugin) -> str:
     """Every operation tagged unsupported raises UnsupportedError naming the backend; checked without
     hardware too (raising needs no device)."""
     name, checked = _spec(plugin).name, 0
@@ -218,11 +226,11 @@ def check_unsupported(plugin) -> str:
     return f"{checked} unsupported operations raise UnsupportedError"
 
 
-def _supported(ops, op: str) -> bool:
+def _supported(ops: Ops, op: str) -> bool:
     return status_of(ops, op)[0] is not Status.UNSUPPORTED
 
 
-def _check_event_timing(active) -> str:
+def _check_event_timing(active: Target) -> str:
     import torchdevice
 
     start, end = torchdevice.Event(enable_timing=True), torchdevice.Event(enable_timing=True)
@@ -233,16 +241,17 @@ def _check_event_timing(active) -> str:
     ms = start.elapsed_time(end)
     assert 40 <= ms <= 5000, f"elapsed_time around a 50 ms sleep gave {ms!r}: it must be in milliseconds"
     recorded = torchdevice.current_stream().record_event()
-    assert isinstance(recorded, active.streams.Event), (
+    event_class = cast(type, active.streams.Event)  # it has one: the events above are made of it
+    assert isinstance(recorded, event_class), (
         f"current_stream().record_event() made a {type(recorded).__name__}, not the backend's Event class "
-        f"{active.streams.Event.__name__} (pair the Stream and Event classes)")
+        f"{event_class.__name__} (pair the Stream and Event classes)")
     return "event timing in ms, record_event() makes the backend's Event"
 
 
-def _in_thread(fn) -> Any:
+def _in_thread(fn: Callable[[], Any]) -> Any:
     out: dict = {}
 
-    def run():
+    def run() -> None:
         try:
             out["value"] = fn()
         except BaseException as exc:  # reported in the calling thread
@@ -256,7 +265,7 @@ def _in_thread(fn) -> Any:
     return out["value"]
 
 
-def _check_per_thread(active, count: int) -> str:
+def _check_per_thread(active: Target, count: int) -> str:
     import torchdevice
 
     done = []
@@ -281,7 +290,7 @@ def _check_per_thread(active, count: int) -> str:
     return ", ".join(done)
 
 
-def _check_streams_every_index(active, device_type: str) -> str:
+def _check_streams_every_index(active: Target, device_type: str) -> str:
     """Streams of every device index, and the Stream/Event classes translated code sees."""
     import torchdevice
 
@@ -321,7 +330,7 @@ def _check_streams_every_index(active, device_type: str) -> str:
     return done + f", torch.{source}.Stream/Event under translation"
 
 
-def _check_memory_moves(active, device_type: str) -> str:
+def _check_memory_moves(active: Target, device_type: str) -> str:
     import torchdevice
 
     if not _supported(active.memory, "memory_allocated") or status_of(active.memory, "memory_allocated")[0] is Status.NOOP:
@@ -340,14 +349,14 @@ def _check_memory_moves(active, device_type: str) -> str:
     return "memory_allocated moves with a 64 MiB tensor"
 
 
-def _device_figures(active) -> list[int]:
+def _device_figures(active: Target) -> list[int]:
     for index in range(active.device_count):
         if _supported(active.streams, "synchronize"):
             active.streams.synchronize(index)
     return [active.memory.memory_allocated(index) for index in range(active.device_count)]
 
 
-def _check_memory_per_device(active, device_type: str) -> str:
+def _check_memory_per_device(active: Target, device_type: str) -> str:
     """On a backend with its own device type: a tensor on device i moves memory_allocated(i) by at least its
     bytes, and no other index's figure."""
     if device_type == "cpu" or not _supported(active.memory, "memory_allocated"):
@@ -371,7 +380,7 @@ def _check_memory_per_device(active, device_type: str) -> str:
     return f"memory_allocated per device on {active.device_count} device(s)"
 
 
-def _draw(active, device_type: str, index: int) -> torch.Tensor | None:
+def _draw(active: Target, device_type: str, index: int) -> torch.Tensor | None:
     """Eight numbers from device ``index``'s generator: a device op on a backend with its own device type
     (which must draw from the generator the rng family seeds), else the family's default generator."""
     if device_type != "cpu":
@@ -381,7 +390,7 @@ def _draw(active, device_type: str, index: int) -> torch.Tensor | None:
     return None
 
 
-def _seed_on(active, index: int, seed: int) -> None:
+def _seed_on(active: Target, index: int, seed: int) -> None:
     """``manual_seed(seed)`` with device ``index`` current (it seeds the current device only)."""
     streams, previous = active.streams, active.streams.current_device()
     streams.set_device(index)
@@ -391,7 +400,7 @@ def _seed_on(active, index: int, seed: int) -> None:
         streams.set_device(previous)
 
 
-def _check_generators(active, device_type: str) -> str:
+def _check_generators(active: Target, device_type: str) -> str:
     """With several devices, on a backend with its own device type or queues: one generator per device."""
     rng, streams = active.rng, active.streams
     if active.device_count < 2 or (device_type == "cpu" and not _supported(streams, "sleep")):
@@ -422,7 +431,7 @@ def _check_generators(active, device_type: str) -> str:
     return f"one generator per device ({active.device_count})"
 
 
-def check_behaviour(plugin) -> str:
+def check_behaviour(plugin: Plugin) -> str:
     """What a plugin can get wrong behind correct types: event timing units, Event/Stream classes,
     per-thread current device and stream, streams of every device index (agreeing with the tensors'
     device), memory figures that move with the backend's tensors (per device, for a backend with its own
@@ -452,7 +461,7 @@ def _ms_since(start: float) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def _queue_wait(active, index: int) -> tuple[Any, float]:
+def _queue_wait(active: Target, index: int) -> tuple[Any, float]:
     """Queue :data:`QUEUED_MS` of work on device ``index``'s current stream; return the stream and when."""
     stream, start = active.streams.current_stream(index), time.perf_counter()
     active.streams.sleep(QUEUED_MS, index)
@@ -463,7 +472,7 @@ def _queue_wait(active, index: int) -> tuple[Any, float]:
     return stream, start
 
 
-def _check_query(active, index: int) -> None:
+def _check_query(active: Target, index: int) -> None:
     stream, _ = _queue_wait(active, index)
     busy = stream.query()
     assert busy is False, (
@@ -473,7 +482,7 @@ def _check_query(active, index: int) -> None:
     assert stream.query() is True, f"current_stream({index}).query() is not True after its synchronize()"
 
 
-def _check_device_synchronize(active, index: int) -> None:
+def _check_device_synchronize(active: Target, index: int) -> None:
     stream, start = _queue_wait(active, index)
     active.streams.synchronize(index)
     waited = _ms_since(start)
@@ -485,9 +494,10 @@ def _check_device_synchronize(active, index: int) -> None:
         f"{index}: it did not wait for the device's queues")
 
 
-def _check_record(active, index: int) -> None:
+def _check_record(active: Target, index: int) -> None:
     streams = active.streams
-    begin, end = streams.Event(enable_timing=True), streams.Event(enable_timing=True)
+    event_class = cast(type, streams.Event)  # (a backend without one, None, fails the check here)
+    begin, end = event_class(enable_timing=True), event_class(enable_timing=True)
     stream = streams.current_stream(index)
     begin.record(stream)
     _queue_wait(active, index)
@@ -506,7 +516,7 @@ def _check_record(active, index: int) -> None:
         "microseconds)")
 
 
-def check_queues(plugin) -> str:
+def check_queues(plugin: Plugin) -> str:
     """With pending work made by ``streams.sleep`` (run only where the backend implements it): ``query()`` False
     while it runs and True after ``synchronize()``; ``synchronize(i)`` waits for device i's queues;
     ``Event.record()`` does not block the host; ``elapsed_time`` around it is in milliseconds."""
@@ -532,7 +542,7 @@ def check_queues(plugin) -> str:
             f"{active.device_count} device(s), record() returns at once, elapsed_time in ms")
 
 
-def check_router(plugin) -> str:
+def check_router(plugin: Plugin) -> str:
     """Through the real router: refused with its reason when unavailable, else selected and usable."""
     import torchdevice
 
@@ -601,7 +611,7 @@ CHECKS: dict[str, Callable[[Any], str]] = {
 BEHAVIOUR_CHECKS = ("behaviour", "queues")
 
 
-def run_check(plugin, check: str) -> CheckResult:
+def run_check(plugin: Plugin, check: str) -> CheckResult:
     """Run one of :data:`CHECKS` on ``plugin``."""
     try:
         detail = CHECKS[check](plugin)
@@ -614,7 +624,7 @@ def run_check(plugin, check: str) -> CheckResult:
     return CheckResult(check, True, detail)
 
 
-def check_backend(plugin, *, checks=None, raise_on_failure: bool = True) -> ConformanceReport:
+def check_backend(plugin: Plugin, *, checks: Iterable[str] | None = None, raise_on_failure: bool = True) -> ConformanceReport:
     """Run the conformance checks on a plugin instance; return the report.
 
     ``checks`` selects some of :data:`CHECKS` (default: all). Checks that need
@@ -654,7 +664,7 @@ class BackendConformance:
                 return MyChipBackend()
     """
 
-    def _run(self, plugin, check: str) -> None:
+    def _run(self, plugin: Plugin, check: str) -> None:
         import pytest
 
         result = run_check(plugin, check)
@@ -662,29 +672,29 @@ class BackendConformance:
             pytest.skip(result.detail)
         assert result.ok, str(result)
 
-    def test_conformance_spec(self, plugin):
+    def test_conformance_spec(self, plugin: Plugin) -> None:
         self._run(plugin, "spec")
 
-    def test_conformance_hookimpls(self, plugin):
+    def test_conformance_hookimpls(self, plugin: Plugin) -> None:
         self._run(plugin, "hookimpls")
 
-    def test_conformance_availability(self, plugin):
+    def test_conformance_availability(self, plugin: Plugin) -> None:
         self._run(plugin, "availability")
 
-    def test_conformance_families(self, plugin):
+    def test_conformance_families(self, plugin: Plugin) -> None:
         self._run(plugin, "families")
 
-    def test_conformance_tags(self, plugin):
+    def test_conformance_tags(self, plugin: Plugin) -> None:
         self._run(plugin, "tags")
 
-    def test_conformance_unsupported(self, plugin):
+    def test_conformance_unsupported(self, plugin: Plugin) -> None:
         self._run(plugin, "unsupported")
 
-    def test_conformance_router(self, plugin):
+    def test_conformance_router(self, plugin: Plugin) -> None:
         self._run(plugin, "router")
 
-    def test_conformance_behaviour(self, plugin):
+    def test_conformance_behaviour(self, plugin: Plugin) -> None:
         self._run(plugin, "behaviour")
 
-    def test_conformance_queues(self, plugin):
+    def test_conformance_queues(self, plugin: Plugin) -> None:
         self._run(plugin, "queues")

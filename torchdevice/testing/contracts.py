@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
 from .. import plugins
 from ..backend import (
     FAMILIES,
+    Availability,
+    Backend,
+    Ops,
     Status,
     status_of,
 )
@@ -19,6 +22,9 @@ from ..errors import BackendUnavailableError, UnsupportedError
 from .conformance import BEHAVIOUR_CHECKS, CHECKS, check_backend
 from .sandbox import info_json, info_text, registered
 from .standin import FloatLike, IntLike, StandIn
+
+if TYPE_CHECKING:
+    import pytest
 
 #: ``Expect.result`` meaning "the very object the stand-in returned for the last call".
 RETURNED = object()
@@ -56,7 +62,7 @@ def torch_namespace_contract(index: int = 1) -> dict[str, Expect]:
     stream, state = object(), torch.zeros(4, dtype=torch.uint8)
     generators = (torch.Generator(), torch.Generator())
 
-    def same(op: str, family: str, args: tuple, returns=None, result=None) -> Expect:
+    def same(op: str, family: str, args: tuple, returns: object = None, result: object = None) -> Expect:
         calls = ((op, args),)
         return Expect(f"{family}.{op}", args, calls, {op: returns} if returns is not None else {}, result)
 
@@ -90,7 +96,7 @@ def torch_namespace_contract(index: int = 1) -> dict[str, Expect]:
     return {e.op: e for e in table}
 
 
-def _ops(backend, family: str):
+def _ops(backend: Backend, family: str) -> Ops:
     return getattr(backend, family)()
 
 
@@ -118,17 +124,17 @@ class NamespaceContract:
     unsupported_ops: frozenset = frozenset()
 
     # -- construction ----------------------------------------------------------------------
-    def construct(self, standin: StandIn):
+    def construct(self, standin: StandIn) -> Backend:
         """The backend over ``standin``."""
         return self.backend_class(standin)
 
-    def make(self, returns=None, **options) -> tuple[Any, StandIn]:
+    def make(self, returns: Mapping[str, Any] | None = None, **options: Any) -> tuple[Any, StandIn]:
         """A backend over a fresh stand-in; returns ``(backend, standin)``."""
         options.setdefault("devices", self.devices)
         standin = StandIn(self.namespace, returns=returns, **options)
         return self.construct(standin), standin
 
-    def unbuilt(self):
+    def unbuilt(self) -> Backend:
         """A backend whose torch was built without this accelerator."""
         return self.make({"_is_compiled": False})[0]
 
@@ -137,14 +143,14 @@ class NamespaceContract:
         table.update(self.overrides)
         return [e for op, e in table.items() if e is not None and op not in self.unsupported_ops]
 
-    def pytest_generate_tests(self, metafunc):
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "expect" in metafunc.fixturenames:
             metafunc.parametrize("expect", self.expectations(), ids=lambda e: e.op)
         if "unsupported_op" in metafunc.fixturenames:
             metafunc.parametrize("unsupported_op", sorted(self.unsupported_ops) or ["(none)"])
 
     # -- the contract table ----------------------------------------------------------------
-    def test_standin_call(self, expect: Expect):
+    def test_standin_call(self, expect: Expect) -> None:
         """stand-in, not hardware-verified: the operation calls the namespace as the table says."""
         backend, standin = self.make(dict(expect.returns))
         family, op = expect.op.split(".")
@@ -163,7 +169,7 @@ class NamespaceContract:
         status, note = status_of(ops, op)
         assert str(status) == str(Status(expect.status)), f"{expect.op} is tagged {status} ({note}), expected {expect.status}"
 
-    def test_standin_unsupported(self, unsupported_op: str):
+    def test_standin_unsupported(self, unsupported_op: str) -> None:
         """stand-in, not hardware-verified: the operation raises UnsupportedError and calls nothing.
 
         ``(none)``: the plugin declares no unsupported operation, and has none.
@@ -184,7 +190,7 @@ class NamespaceContract:
         assert status_of(ops, op)[0] is Status.UNSUPPORTED
 
     # -- discovery -------------------------------------------------------------------------
-    def test_standin_unsupported_set_is_exact(self):
+    def test_standin_unsupported_set_is_exact(self) -> None:
         """stand-in, not hardware-verified: exactly the declared operations are tagged unsupported (an opt-in
         operation, ``Ops.opt_in``, left unsupported need not be declared)."""
         backend, _ = self.make()
@@ -194,7 +200,7 @@ class NamespaceContract:
                  and (op not in type(ops).opt_in or f"{family}.{op}" in declared)}
         assert found == declared, f"tagged unsupported: {sorted(found)}"
 
-    def test_standin_available(self):
+    def test_standin_available(self) -> None:
         """stand-in, not hardware-verified: available, with the device count in the reason."""
         backend, standin = self.make(devices=3)
         found = backend.availability()
@@ -202,24 +208,24 @@ class NamespaceContract:
         assert "3" in found.reason, found.reason
         assert backend.device_count() == 3 and type(backend.device_count()) is int
 
-    def test_standin_unbuilt(self):
+    def test_standin_unbuilt(self) -> None:
         """stand-in, not hardware-verified: a torch without the accelerator is unavailable and says so."""
         found = self.unbuilt().availability()
         assert not found.available and "built without" in found.reason, found
 
-    def test_standin_no_device(self):
+    def test_standin_no_device(self) -> None:
         """stand-in, not hardware-verified: built but no device: unavailable, naming is_available."""
         backend, _ = self.make({"is_available": False})
         found = backend.availability()
         assert not found.available and "is_available() is False" in found.reason, found
 
-    def test_standin_availability_never_raises(self):
+    def test_standin_availability_never_raises(self) -> None:
         """stand-in, not hardware-verified: a raising driver check gives Availability(False, why)."""
         backend, _ = self.make({"is_available": RuntimeError("driver exploded")})
         found = backend.availability()
         assert not found.available and "driver exploded" in found.reason, found
 
-    def test_standin_conformance(self):
+    def test_standin_conformance(self) -> None:
         """stand-in, not hardware-verified: the conformance suite, router included, over the stand-in
         (not the behaviour and queues checks: a stand-in's events, threads and memory do not behave)."""
         backend, _ = self.make()
@@ -239,7 +245,7 @@ class UnavailableHere:
     distribution: str = ""
     reason: str = ""
 
-    def _require_unavailable(self):
+    def _require_unavailable(self) -> Availability:
         import pytest
 
         found = self.plugin.availability()
@@ -247,7 +253,7 @@ class UnavailableHere:
             pytest.skip(f"{self.plugin.name} is available here ({found.reason})")
         return found
 
-    def test_real_entry_point(self):
+    def test_real_entry_point(self) -> None:
         """real, this environment: the installed entry point of group ``torchdevice`` is this plugin."""
         from importlib.metadata import entry_points
 
@@ -256,12 +262,12 @@ class UnavailableHere:
         assert found[0].load() is self.plugin
         assert found[0].dist is not None and found[0].dist.name == self.distribution
 
-    def test_real_unavailable_with_reason(self):
+    def test_real_unavailable_with_reason(self) -> None:
         """real, this machine: availability is False and says why."""
         found = self._require_unavailable()
         assert self.reason in found.reason, found.reason
 
-    def test_real_not_selected(self):
+    def test_real_not_selected(self) -> None:
         """real, this machine: automatic selection passes it over; use() refuses it with the reason."""
         import torchdevice
 
@@ -277,7 +283,7 @@ class UnavailableHere:
             else:
                 raise AssertionError(f"use({self.plugin.name!r}) accepted an unavailable backend")
 
-    def test_real_info_says_why(self):
+    def test_real_info_says_why(self) -> None:
         """real, this machine: `torchdevice info` (installed entry point) lists it unavailable, with the reason."""
         self._require_unavailable()
         info = info_json()

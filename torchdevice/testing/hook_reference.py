@@ -25,7 +25,7 @@ def _markdown(doc: str | None) -> str:
     return text.replace("``", "`")
 
 
-def _render_signature(fn, name: str | None = None) -> str:
+def _render_signature(fn: Callable[..., Any], name: str | None = None) -> str:
     """``name(param: annotation = default, ...) -> return`` without ``self``, annotations as written in the source."""
     sig = inspect.signature(fn)
     params, star_done = [], False
@@ -49,19 +49,19 @@ def _render_signature(fn, name: str | None = None) -> str:
     return f"{name or fn.__name__}({', '.join(params)}){returns}"
 
 
-def _annotation(annotation) -> str:
+def _annotation(annotation: object) -> str:
     if isinstance(annotation, str):
         return annotation
     return inspect.formatannotation(annotation)
 
 
-def _members(cls) -> list[tuple[str, Any]]:
+def _members(cls: type) -> list[tuple[str, Any]]:
     """Public methods and properties ``cls`` declares itself, in source order."""
     return [(name, value) for name, value in vars(cls).items()
             if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, property))]
 
 
-def _member_lines(name: str, value) -> list[str]:
+def _member_lines(name: str, value: Callable[..., Any] | property) -> list[str]:
     if isinstance(value, property):
         fn = cast(Callable[..., Any], value.fget)
         returns = inspect.signature(fn).return_annotation

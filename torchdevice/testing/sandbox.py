@@ -41,7 +41,7 @@ def router_sandbox() -> Iterator[None]:
         router.invalidate()
 
 
-def _declared_names(plugin) -> list[str]:
+def _declared_names(plugin: object) -> list[str]:
     declare = getattr(plugin, "torchdevice_backends", None)
     if declare is None:
         return []
@@ -52,7 +52,7 @@ def _declared_names(plugin) -> list[str]:
 
 
 @contextlib.contextmanager
-def registered(plugin, name: str | None = None) -> Iterator[str]:
+def registered(plugin: object, name: str | None = None) -> Iterator[str]:
     """Register ``plugin`` with the router for the block (inside a :func:`router_sandbox`).
 
     Any registered plugin that declares one of ``plugin``'s backend names

@@ -8,7 +8,7 @@ import importlib
 import threading
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Literal, Mapping
 
 import torch
 
@@ -44,7 +44,7 @@ VALUE_ATTRIBUTES = frozenset({"Stream", "Event", "device", "default_generators"}
 GIB = 1 << 30
 
 
-def _default_properties(si: "StandIn"):
+def _default_properties(si: "StandIn") -> Callable[..., object]:
     if si.namespace == "mtia":  # torch.mtia.get_device_properties returns a dict
         return lambda index=None: {"name": f"{si.label} stand-in device", "total_memory": 16 * GIB}
     return lambda index=None: StandInProperties(
@@ -144,7 +144,7 @@ class StandIn:
     """
 
     def __init__(self, namespace: str = "cuda", *, returns: Mapping[str, Any] | None = None,
-                 missing=(), mirror: bool = True, devices: int = 2):
+                 missing: Iterable[str] = (), mirror: bool = True, devices: int = 2) -> None:
         self.namespace = namespace
         self.__name__ = f"torch.{namespace}"
         self.label = namespace.rsplit(".", 1)[-1].upper()
@@ -181,7 +181,7 @@ class StandIn:
             self.calls.clear()
 
     # -- attributes ------------------------------------------------------------------------
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name not in self.__dict__.get("names", ()):
             raise AttributeError(f"{self.__dict__.get('__name__', 'stand-in')} (stand-in) has no attribute {name!r}")
         if name in VALUE_ATTRIBUTES:
@@ -189,7 +189,7 @@ class StandIn:
         return self._function(name)
 
     def _function(self, name: str) -> Callable:
-        def function(*args, **kwargs):
+        def function(*args: Any, **kwargs: Any) -> Any:
             self.record(name, args, kwargs)
             value = self._value(name)
             if isinstance(value, BaseException):
@@ -199,7 +199,7 @@ class StandIn:
         function.__name__ = function.__qualname__ = name
         return function
 
-    def _value(self, name: str):
+    def _value(self, name: str) -> Any:
         if name in self.returns:
             return self.returns[name]
         default = DEFAULTS.get(name)
@@ -207,7 +207,7 @@ class StandIn:
             return default(self)
         return default
 
-    def __dir__(self):
+    def __dir__(self) -> list[str]:
         return sorted(set(object.__dir__(self)) | self.names)
 
     def __repr__(self) -> str:
@@ -218,35 +218,35 @@ def _stream_class(si: StandIn) -> type:
     class Stream:
         """Stand-in of ``torch.cuda.Stream``: records its construction and methods."""
 
-        def __init__(self, device=None, priority=0, **kwargs):
+        def __init__(self, device: object = None, priority: int = 0, **kwargs: Any) -> None:
             si.record("Stream", (device, priority) if priority else (device,), kwargs)
             self.device_index, self.priority, self.stream_id = device, priority, kwargs.get("stream_id", 7)
 
         @classmethod
-        def _make(cls, device, stream_id):
+        def _make(cls, device: object, stream_id: int) -> Stream:
             stream = cls.__new__(cls)
             stream.device_index, stream.priority, stream.stream_id = device, 0, stream_id
             return stream
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> Callable[..., object]:
             if name.startswith("_"):
                 raise AttributeError(name)
             values = {"query": True, "elapsed_time": 1.5}
 
-            def method(*args, **kwargs):
+            def method(*args: Any, **kwargs: Any) -> object:
                 si.record(f"Stream.{name}", args, kwargs)
                 return values.get(name)
 
             return method
 
-        def __eq__(self, other):
+        def __eq__(self, other: object) -> bool:
             return isinstance(other, Stream) and (self.device_index, self.stream_id) == (
                 other.device_index, other.stream_id)
 
-        def __hash__(self):
+        def __hash__(self) -> int:
             return hash((self.device_index, self.stream_id))
 
-        def __repr__(self):
+        def __repr__(self) -> str:
             return f"<stand-in {si.__name__}.Stream device={self.device_index} stream_id={self.stream_id}>"
 
     return Stream
@@ -256,22 +256,22 @@ def _event_class(si: StandIn) -> type:
     class Event:
         """Stand-in of ``torch.cuda.Event``: records its construction and methods."""
 
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             si.record("Event", args, kwargs)
             self.enable_timing = kwargs.get("enable_timing", args[0] if args else False)
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> Callable[..., object]:
             if name.startswith("_"):
                 raise AttributeError(name)
             values = {"query": True, "elapsed_time": 1.5}
 
-            def method(*args, **kwargs):
+            def method(*args: Any, **kwargs: Any) -> object:
                 si.record(f"Event.{name}", args, kwargs)
                 return values.get(name)
 
             return method
 
-        def __repr__(self):
+        def __repr__(self) -> str:
             return f"<stand-in {si.__name__}.Event>"
 
     return Event
@@ -281,14 +281,14 @@ def _device_class(si: StandIn) -> type:
     class device:
         """Stand-in of ``torch.cuda.device``: records ``device(i)``, enter and exit."""
 
-        def __init__(self, index):
+        def __init__(self, index: object) -> None:
             si.record("device", (index,))
 
-        def __enter__(self):
+        def __enter__(self) -> device:
             si.record("device.__enter__")
             return self
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: object) -> Literal[False]:
             si.record("device.__exit__")
             return False
 

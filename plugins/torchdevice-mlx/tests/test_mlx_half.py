@@ -14,7 +14,7 @@ from torch import nn
 
 import torchdevice
 from torchdevice.testing import router_sandbox
-from torchdevice_mlx.tensor import MLXTensor
+from torchdevice_mlx.mlxtensor import MLXTensor
 
 OPS = {
     "gelu": F.gelu,
@@ -126,3 +126,35 @@ def test_mixed_dtype_matmul_is_refused_as_torch_refuses_it(name):
     want = outcome(lambda t: t)
     assert want is not None and want[0] is RuntimeError, want  # the native refusal this test is about
     assert outcome(MLXTensor.from_torch) == want
+
+
+@pytest.mark.parametrize("params", ["float32 (autocast)", "half"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_batch_norm_of_half_input_computes_and_keeps_statistics_as_torch(dtype, params):
+    """A half input to batch norm is normalised in float32 and its saved statistics have the parameters' dtype
+    (float32 under autocast), as torch's kernel has them: they were rounded to the half dtype, so the backward
+    of an fp16 AMP step started from rounded statistics (the first op of a ResNet AMP run to part from torch's)."""
+    torch.manual_seed(0)
+    x = (torch.randn(8, 16, 6, 6) * 3 + 1).to(dtype)
+    pdtype = torch.float32 if params.startswith("float32") else dtype
+    weight, bias = (torch.rand(16) + 0.5).to(pdtype), torch.randn(16).to(pdtype)
+    grad = torch.randn(8, 16, 6, 6).to(dtype)
+
+    def run(move):
+        stats = [torch.zeros(16, dtype=pdtype), torch.ones(16, dtype=pdtype)]
+        args = [move(t) for t in (x, weight, bias, *stats)]
+        out, mean, invstd = torch.ops.aten.native_batch_norm.default(*args, True, 0.1, 1e-5)
+        grads = torch.ops.aten.native_batch_norm_backward.default(move(grad), args[0], args[1], args[3], args[4], mean,
+                                                                 invstd, True, 1e-5, [True, True, True])
+        return [t.cpu() for t in (out, mean, invstd, *grads, args[3], args[4])]
+
+    native = run(lambda t: t)
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        translated = run(lambda t: t.to("cuda"))
+    names = ("out", "save_mean", "save_invstd", "grad_input", "grad_weight", "grad_bias", "running_mean", "running_var")
+    for name, want, got in zip(names, native, translated):
+        assert got.dtype == want.dtype, name
+        # one step of the dtype at the largest magnitude (2 eps: a value just past a power of two); float32: 1e-5
+        eps = torch.finfo(want.dtype).eps if want.dtype != torch.float32 else 5e-6
+        tolerance = 2 * eps * max(1.0, want.abs().max().item())
+        assert (got.float() - want.float()).abs().max().item() <= tolerance, name

@@ -8,7 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchdevice_mlx.tensor import MLXTensor, fallback_counts, reset_fallback_counts
+from torchdevice_mlx.conversion import fallback_counts, reset_fallback_counts
+from torchdevice_mlx.dispatch import _MLXFactories
+from torchdevice_mlx.mlxtensor import MLXTensor
 
 
 def mlx(t):
@@ -192,9 +194,7 @@ def test_training_ops_forward_and_backward_in_mlx(in_mlx, name):
 
     def run(*ins):  # constants (targets, running stats) made where the inputs live
         if isinstance(ins[0], MLXTensor):
-            import torchdevice_mlx.tensor as T
-
-            with T._MLXFactories():
+            with _MLXFactories():
                 return fn(*ins)
         return fn(*ins)
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchdevice_mlx.tensor import MLXTensor, _meta_geometry, _view_geometry, fallback_counts, reset_fallback_counts
+import torchdevice
+from torchdevice.testing import router_sandbox
+from torchdevice_mlx.conversion import fallback_counts, reset_fallback_counts
+from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.views import _meta_geometry, _view_geometry
 
 VIEWS = {
     "t": lambda x: x.t(),
@@ -161,3 +165,18 @@ def test_writes_in_inference_mode_through_a_view_of_a_normal_tensor():
 
     assert run(lambda t: t)[0].tolist() == run(MLXTensor.from_torch)[0].tolist()
     assert run(lambda t: t)[1] == run(MLXTensor.from_torch)[1]
+
+
+def test_host_copy_has_torch_layout():
+    """``.cpu()`` of an MLX tensor is laid out as torch's copy of a device tensor is (its strides where dense,
+    else contiguous: ``clone()``'s rule), whatever layout MLX computed it in (a contiguous result of a
+    transpose came back transposed: ``.cpu().view(-1)`` raised)."""
+    native = torch.arange(20.0).reshape(4, 5)
+    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
+        x = torch.arange(20.0).reshape(4, 5).to("cuda")
+        pairs = [(x.t().contiguous().cpu(), native.t().contiguous()), (x.t().cpu(), native.t().clone()),
+                 (x[:, ::2].cpu(), native[:, ::2].clone())]
+    for got, want in pairs:
+        assert got.stride() == want.stride()
+        assert torch.equal(got, want)
+    assert torch.equal(pairs[0][0].view(-1), native.t().contiguous().view(-1))

@@ -11,10 +11,12 @@ with ``mlx[cpu]`` ask for it: ``torchdevice.use("mlx")``.
 """
 from __future__ import annotations
 
+from . import dispatch as _dispatch  # noqa: F401 -- binds MLXTensor's dispatch (imports every part)
 from . import translation as _translation  # noqa: F401 -- gives MLXTensor its .to/.cpu
 from .backend import MLXBackend
 from .bridge import from_mlx, to_mlx
-from .tensor import MLXTensor, fallback_counts  # tensor imports every part (and binds MLXTensor's dispatch)
+from .conversion import fallback_counts
+from .mlxtensor import MLXTensor
 
 __version__ = "1.0.0"
 __all__ = ["MLXBackend", "MLXTensor", "fallback_counts", "plugin", "to_mlx", "from_mlx"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
+from typing import Any
 
 _HINT = {
     "linux": "on Linux install mlx[cpu] (or mlx[cuda]): plain mlx has no libmlx there",
@@ -11,6 +12,11 @@ _HINT = {
 
 
 _core: ModuleType | None = None
+
+
+#: an ``mlx.core.array`` in annotations (MLX ships no type information that mypy reads; the name says what
+#: is passed)
+Array = Any
 
 
 def mx() -> ModuleType:

@@ -103,6 +103,8 @@ from torchdevice.backend import (
     translated,
 )
 from torchdevice.cpu import CPURNG, CPUCollectives
+from torchdevice.hookspecs import hookimpl
+from torchdevice.memstats import NoPinnedHostMemory
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
 from ._mlx import import_problem, mx
@@ -149,7 +151,7 @@ def total_memory() -> int:
 # -- memory -----------------------------------------------------------------------------------
 
 
-class MLXMemory(MemoryOps):
+class MLXMemory(NoPinnedHostMemory, MemoryOps):
     """MLX's allocator figures (see the module docstring)."""
 
     def __init__(self, backend: str):
@@ -238,19 +240,6 @@ class MLXMemory(MemoryOps):
     @translated("'native': MLX's own allocator (there is no cudaMallocAsync)")
     def get_allocator_backend(self) -> str:
         return "native"
-
-    @translated("CUDA's pinned-allocator keys, all 0: MLX has no pinned host-memory allocator, so no pinned blocks "
-                "exist")
-    def host_memory_stats(self) -> dict:
-        return memstats.empty_host_stats()
-
-    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
-    def reset_accumulated_host_memory_stats(self) -> None:
-        return None
-
-    @noop("there are no pinned host-memory statistics to reset (host_memory_stats is all 0)")
-    def reset_peak_host_memory_stats(self) -> None:
-        return None
 
 
 # -- streams and events -----------------------------------------------------------------------
@@ -491,6 +480,14 @@ class MLXBackend(Backend):
 
     def collectives(self) -> MLXCollectives:
         return MLXCollectives(self.name)
+
+    @hookimpl
+    def torchdevice_integrations(self) -> list:
+        """The mlx backend's framework integration: safetensors' (and so ``save_pretrained``'s) save path of
+        MLX tensors (:mod:`torchdevice_mlx.saving`; it installs only while translating to mlx)."""
+        from .saving import INTEGRATION
+
+        return [INTEGRATION]
 
     def compatibility_markdown(self) -> str:
         """The OpInfo truth table of the MLX lowerings (the package's ``OPS.md``, made by

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ._mlx import mx
+from ._mlx import Array, mx
 
 
 def to_mlx(tensor: torch.Tensor):
@@ -40,7 +40,7 @@ def to_mlx(tensor: torch.Tensor):
     return mx().from_dlpack(data, copy=True)
 
 
-def from_mlx(array, *, copy: bool = False) -> torch.Tensor:
+def from_mlx(array: Array, *, copy: bool = False) -> torch.Tensor:
     """Return a torch tensor on ``cpu`` viewing ``array``'s memory (a copy if ``copy=True``)."""
     core = mx()
     if not isinstance(array, core.array):
@@ -60,7 +60,7 @@ def from_mlx(array, *, copy: bool = False) -> torch.Tensor:
     return tensor.clone() if copy else tensor
 
 
-def _numpy_view(array):
+def _numpy_view(array: Array):
     """A NumPy array viewing evaluated ``array``'s memory (bfloat16, which NumPy lacks, as uint16)."""
     import numpy
 
@@ -71,7 +71,7 @@ def _numpy_view(array):
     return numpy.asarray(array)
 
 
-def _through_buffer(array) -> torch.Tensor:
+def _through_buffer(array: Array) -> torch.Tensor:
     view = _numpy_view(array)
     if not view.flags.writeable:  # torch warns on read-only NumPy memory: a copy, which it may write
         view = view.copy()
@@ -79,7 +79,7 @@ def _through_buffer(array) -> torch.Tensor:
     return tensor.view(torch.bfloat16) if array.dtype == mx().bfloat16 else tensor
 
 
-def _negative_strides(array) -> bool:
+def _negative_strides(array: Array) -> bool:
     """Whether evaluated ``array`` has a negative stride (read through NumPy's zero-copy view; where NumPy
     cannot view it, assumed so)."""
     try:

@@ -132,7 +132,7 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
         else:
             raise Unsupported(f"graph node {node.op}")
 
-    def run(*inputs):
+    def run(*inputs: Any):
         env: dict = dict(constants)
         env.update(zip(placeholders, inputs))
         for node, fn, args, kwargs in plan:
@@ -163,7 +163,7 @@ class _MLXGraph:
             self.fn = run
             _count(f"{name} graphs lowered (random ops or host reads: not mx.compile-d)")
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any):
         if len(args) == 1 and isinstance(args[0], list):  # AOTAutograd's boxed calling convention
             args = tuple(args[0])
         if self.fn is not None:
@@ -204,7 +204,7 @@ def _decompositions() -> dict:
     return table
 
 
-def _partition(joint, joint_inputs, **kwargs):
+def _partition(joint, joint_inputs, **kwargs: Any):
     """torch's min-cut partitioner: it never recomputes a random op in the backward (inductor's choice too)."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -242,7 +242,7 @@ class _Capture:
         n_state = len(state)
         spec_holder: list = []
 
-        def functional(*tensors):
+        def functional(*tensors: Any):
             leaves = list(self.template)
             for pos, t in zip(self.tensor_pos, tensors[n_state:]):
                 leaves[pos] = t
@@ -271,7 +271,7 @@ class _Capture:
         return tree_unflatten(leaves, self.out_spec)
 
 
-def _key_of(x) -> Any:
+def _key_of(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return ("T", tuple(x.shape), x.dtype, x.requires_grad, isinstance(x, MLXTensor))
     if isinstance(x, (int, float, bool, str, type(None))):
@@ -293,7 +293,7 @@ class MLXCompiledModule(nn.Module):
         except AttributeError:
             return getattr(self._orig_mod, name)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any):
         module = self._orig_mod
         if torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"):
             _count("eager: autocast")
@@ -324,7 +324,7 @@ class MLXCompiledModule(nn.Module):
         return capture(state, args, kwargs)
 
 
-def compile_module(model, **_options):
+def compile_module(model: torch.nn.Module, **_options: Any):
     """``torch.compile(model, backend="mlx")`` for an ``nn.Module``: an :class:`MLXCompiledModule`."""
     return MLXCompiledModule(model)
 

@@ -17,11 +17,11 @@ import logging
 import threading
 import weakref
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._mlx import mx
+from ._mlx import Array, mx
 
 if TYPE_CHECKING:
     from .mlxtensor import MLXTensor
@@ -98,7 +98,7 @@ def to_mx_dtype(dtype: torch.dtype):
         raise TypeError(f"MLX has no dtype for torch {dtype}") from None
 
 
-def to_torch_dtype(dtype) -> torch.dtype:
+def to_torch_dtype(dtype: Any) -> torch.dtype:  # an MLX dtype
     try:
         return _M2T[dtype]
     except KeyError:
@@ -117,7 +117,7 @@ def array_from_torch(tensor: torch.Tensor):
     return to_mlx(tensor)
 
 
-def torch_from_array(array) -> torch.Tensor:
+def torch_from_array(array: Array) -> torch.Tensor:
     """A host torch tensor holding a copy of ``array``'s data (evaluates it)."""
     from .bridge import from_mlx
 

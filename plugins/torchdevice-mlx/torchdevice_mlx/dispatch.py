@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -44,7 +46,7 @@ from .views import (
 
 aten = torch.ops.aten
 
-def _unwrap(x):
+def _unwrap(x: Any) -> Any:
     if isinstance(x, MLXTensor):
         return x.mx_array
     if isinstance(x, torch.Tensor):
@@ -52,13 +54,13 @@ def _unwrap(x):
     return x
 
 
-def _wrap(x):
+def _wrap(x: Any) -> Any:
     if isinstance(x, _mx_array()):
         return _new_base(x)
     return x
 
 
-def _make_view(op, src: MLXTensor, args: tuple, kwargs: dict, info: tuple | None = None) -> MLXTensor:
+def _make_view(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, info: tuple | None = None) -> MLXTensor:
     """A view of ``src`` made by view op ``op``; ``info``: (its lowering, its _GEOMETRY kind, whether it is
     strided) when the caller has them."""
     if info is None:
@@ -108,7 +110,7 @@ _ROUTES: dict[int, tuple] = {}
 _LOWERED, _VIEW, _MULTI, _INPLACE, _OTHER, _TENSORS = range(6)
 
 
-def _route(func) -> tuple:
+def _route(func: OpOverload) -> tuple:
     if not _STRIDED:
         _init_views()
         _mx_array()
@@ -134,7 +136,7 @@ def _route(func) -> tuple:
     return route
 
 
-def dispatch(func, args: tuple, kwargs: dict):
+def dispatch(func: OpOverload, args: tuple, kwargs: dict):
     """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
     entry = _ROUTES.get(id(func))
     kind, lowering, flat, random, host, view = entry[1] if entry is not None else _route(func)
@@ -179,7 +181,7 @@ def dispatch(func, args: tuple, kwargs: dict):
 _declined = threading.local()
 
 
-def _not_lowered(func, args, kwargs):
+def _not_lowered(func: OpOverload, args: tuple, kwargs: dict):
     """An op whose lowering does not cover these arguments: torch's decomposition, else the host."""
     decomp = _decomposition(func)
     active = getattr(_declined, "ops", None)
@@ -200,7 +202,7 @@ def _not_lowered(func, args, kwargs):
 _MAKES_TENSORS: dict = {}
 
 
-def _run_decomposition(func, decomp, args, kwargs):
+def _run_decomposition(func: OpOverload, decomp, args: tuple, kwargs: dict):
     quiet = _MAKES_TENSORS.get(func, 0)
     if quiet >= _QUIET_RUNS:
         return decomp(*args, **kwargs)
@@ -216,7 +218,7 @@ def _run_decomposition(func, decomp, args, kwargs):
 _QUIET_RUNS = 8
 
 
-def _has_tensor(args, kwargs) -> bool:
+def _has_tensor(args: tuple, kwargs: dict) -> bool:
     for x in (*args, *kwargs.values()):
         if isinstance(x, torch.Tensor) or (type(x) in (list, tuple) and any(isinstance(y, torch.Tensor) for y in x)):
             return True
@@ -228,7 +230,7 @@ class _MLXFactories(TorchDispatchMode):
 
     made = False
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if type(out) is torch.Tensor and out.device.type == "cpu" and not _has_tensor(args, kwargs):
@@ -237,7 +239,7 @@ class _MLXFactories(TorchDispatchMode):
         return out
 
 
-def _multi_view(func, src: MLXTensor, args: tuple, kwargs: dict):
+def _multi_view(func: OpOverload, src: MLXTensor, args: tuple, kwargs: dict):
     # split/unbind/chunk: each piece is a slice/select view of src (args: those after src)
     if func is aten.unbind.int:
         dim = kwargs.get("dim", args[0] if args else 0)
@@ -265,7 +267,7 @@ def _multi_view(func, src: MLXTensor, args: tuple, kwargs: dict):
 _decomp_table: dict | None = None
 
 
-def _decomposition(func) -> Callable | None:
+def _decomposition(func: OpOverload) -> Callable | None:
     global _decomp_table
     if _decomp_table is None:
         from torch._decomp import decomposition_table
@@ -279,7 +281,7 @@ def _decomposition(func) -> Callable | None:
     return None
 
 
-def _functional_of(func):
+def _functional_of(func: OpOverload):
     """The out-of-place overload for in-place op ``func`` (``add_.Tensor`` -> ``add.Tensor``), or None."""
     name = func.overloadpacket.__name__
     if not name.endswith("_") or name.startswith("_foreach"):
@@ -301,7 +303,7 @@ _METADATA_AS_VIEW = {"squeeze_": "squeeze", "unsqueeze_": "unsqueeze", "t_": "t"
 _PYTHON_KEYS: list = []
 
 
-def _metadata_inplace(func, target: MLXTensor, args: tuple, kwargs: dict):
+def _metadata_inplace(func: OpOverload, target: MLXTensor, args: tuple, kwargs: dict):
     """``squeeze_``/``unsqueeze_``/``transpose_`` ...: torch's own kernel changes the wrapper's sizes and strides
     (no data is touched), and the MLX array follows."""
     name = func.overloadpacket.__name__
@@ -330,7 +332,7 @@ def _metadata_inplace(func, target: MLXTensor, args: tuple, kwargs: dict):
     return target
 
 
-def _inplace(func, args, kwargs):
+def _inplace(func: OpOverload, args: tuple, kwargs: dict):
     target = args[0] if args else None
     if not isinstance(target, MLXTensor):
         return None
@@ -352,14 +354,14 @@ def _inplace(func, args, kwargs):
     return target
 
 
-def _to_host(x):
+def _to_host(x: Any) -> Any:
     # contiguous: an MLX array can be strided (a lazy transpose), and some host kernels assume the
     # layout torch gives its own tensors -- the fused optimizers read param and grad as flat buffers,
     # natively guaranteed alike (AccumulateGrad matches the param's layout)
     return x.torch_cpu().contiguous() if isinstance(x, MLXTensor) else x
 
 
-def _host_fallback(func, args, kwargs, *, count: bool = True):
+def _host_fallback(func: OpOverload, args: tuple, kwargs: dict, *, count: bool = True):
     if count:
         _note_fallback(str(func))
 
@@ -379,7 +381,7 @@ def _host_fallback(func, args, kwargs, *, count: bool = True):
                     write(one_src, array_from_torch(one_host))
                     mutated.append((one_host, one_src))
 
-    def back(x):
+    def back(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             for host, src in mutated:
                 if x is host:

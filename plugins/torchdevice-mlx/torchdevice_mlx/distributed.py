@@ -45,6 +45,7 @@ from typing import Any
 
 import mlx.core as mx
 import torch
+from torch._ops import OpOverload
 
 from torchdevice.errors import UnsupportedError
 
@@ -161,7 +162,7 @@ def _write(tensor: torch.Tensor, result) -> None:
         tensor.copy_(out.view(tensor.shape))
 
 
-def _op_name(op) -> str:
+def _op_name(op: OpOverload) -> str:
     if isinstance(op, str):
         name = op.lower()
     else:

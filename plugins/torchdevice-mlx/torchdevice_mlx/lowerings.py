@@ -22,20 +22,32 @@ dispatch of MLX tensors, which exist only where MLX does.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
+from typing import Any
 
 import mlx.core as _mlx_core
 import torch
 
 from .conversion import array_from_torch, to_mx_dtype, to_torch_dtype
 from .dispatch import _unwrap
+from .layout import like_layout
 from .mlxtensor import MLXTensor, _new_base
 from .views import write
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 LOWERINGS: dict = {}
+
+# the names the lowerings' annotations use
+#: an ``mlx.core.array`` (what a lowering takes where the op takes a tensor; MLX ships no types mypy reads)
+Array = Any
+#: a dimension argument: one, several, or None (all)
+Dims = int | Sequence[int] | None
+#: an int-or-list argument of convolution and pooling (stride, padding ...)
+Ints = int | Sequence[int]
+#: a Python number argument
+Scalar = int | float | bool
 
 RANDOM_OPS = {
     aten.bernoulli.default, aten.bernoulli.p, aten.bernoulli_.float,
@@ -59,7 +71,7 @@ _F64 = _mlx_core.float64
 
 
 def _float64_exact(name: str, fn: Callable) -> Callable:
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any):
         for a in args[:2]:
             if getattr(a, "dtype", None) == _F64:
                 raise NotImplementedError(f"mlx.core.{name} computes float64 at float32 precision")
@@ -69,7 +81,7 @@ def _float64_exact(name: str, fn: Callable) -> Callable:
     return run
 
 
-def _round(a, decimals=0, **kwargs):
+def _round(a: Array, decimals: int = 0, **kwargs: Any):
     if decimals and getattr(a, "dtype", None) == _F64:  # scaling by 10**decimals in float32 precision
         raise NotImplementedError("mlx.core.round with decimals computes float64 at float32 precision")
     return _mlx_core.round(a, decimals, **kwargs)
@@ -87,7 +99,7 @@ _FLOATS = {core.float16, core.bfloat16, core.float32, core.float64}
 _INTS = {core.int8, core.int16, core.int32, core.int64, core.uint8, core.uint16, core.uint32, core.uint64}
 
 
-def lower(*ops) -> Callable:
+def lower(*ops: Any) -> Callable:
     def register(fn: Callable) -> Callable:
         for op in ops:
             LOWERINGS[op] = fn
@@ -95,19 +107,19 @@ def lower(*ops) -> Callable:
     return register
 
 
-def _dt(dtype):
+def _dt(dtype: torch.dtype | None):
     return to_mx_dtype(dtype)
 
 
-def _tdt(dtype) -> torch.dtype:
+def _tdt(dtype: torch.dtype | None) -> torch.dtype:
     return to_torch_dtype(dtype)
 
 
-def _is_float(a) -> bool:
+def _is_float(a: Array) -> bool:
     return a.dtype in _FLOATS
 
 
-def _dims(dim, ndim):
+def _dims(dim: Dims, ndim: int):
     if ndim == 0:  # torch accepts dim 0/-1 on a 0-d tensor
         return []
     if dim is None or (not isinstance(dim, int) and len(dim) == 0):
@@ -123,7 +135,7 @@ _PROMO: dict = {}
 _SAMPLE = {bool: True, int: 1, float: 1.0, complex: 1j}
 
 
-def _key(x):
+def _key(x: Array):
     if type(x) is _ARR:
         return x.dtype if x.ndim else (x.dtype, 0)
     return type(x)
@@ -139,7 +151,7 @@ def _dummy(key):
     return torch.empty(1, dtype=_tdt(key))
 
 
-def result_dtype(*operands):
+def result_dtype(*operands: Any):
     """torch.result_type of MLX arrays / Python scalars, as an MLX dtype."""
     a = operands[0]
     if len(operands) == 2:
@@ -164,7 +176,7 @@ def result_dtype(*operands):
     return hit
 
 
-def _cast(x, dt):
+def _cast(x: Array, dt):
     if type(x) is _ARR:
         return x if x.dtype == dt else x.astype(dt)
     if x is None:
@@ -176,19 +188,19 @@ def _cast(x, dt):
     return x  # a Python number: MLX keeps the array's dtype (a weak scalar), as torch does
 
 
-def _promoted(a, b):
+def _promoted(a: Array, b: Array):
     dt = result_dtype(a, b)
     return _cast(a, dt), _cast(b, dt), dt
 
 
-def _to_float(a):
+def _to_float(a: Array):
     return a if a.dtype in _FLOATS else a.astype(core.float32)
 
 
 # -- elementwise --------------------------------------------------------------------------
 
-def _binary(fn):
-    def lowering(a, b):
+def _binary(fn: Callable[..., Any]):
+    def lowering(a: Array, b: Array):
         # the common cases first: two arrays of one dtype; a floating array and a Python number
         if type(a) is _ARR and ((type(b) is _ARR and a.dtype == b.dtype)
                                 or (type(b) is float and a.dtype in _FLOATS)):
@@ -198,8 +210,8 @@ def _binary(fn):
     return lowering
 
 
-def _binary_alpha(fn):
-    def lowering(a, b, alpha=1):
+def _binary_alpha(fn: Callable[..., Any]):
+    def lowering(a: Array, b: Array, alpha: Scalar = 1):
         if alpha == 1 and type(a) is _ARR and ((type(b) is _ARR and a.dtype == b.dtype)
                                                or (type(b) is float and a.dtype in _FLOATS)):
             return fn(a, b)
@@ -224,13 +236,13 @@ lower(aten.remainder.Tensor, aten.remainder.Scalar, prims.remainder.default)(_bi
 
 
 @lower(aten.rsub.Scalar, aten.rsub.Tensor)
-def _rsub(a, b, alpha=1):
+def _rsub(a: Array, b: Array, alpha: Scalar = 1):
     a, b, _ = _promoted(a, b)
     return core.subtract(b, a * alpha if alpha != 1 else a)
 
 
 @lower(aten.div.Tensor, aten.div.Scalar)
-def _div(a, b):
+def _div(a: Array, b: Array):
     dt = result_dtype(a, b)
     if dt not in _FLOATS and not core.issubdtype(dt, core.complexfloating):
         # integers divide as floats, each operand converted from its own dtype (as torch's true division)
@@ -238,7 +250,7 @@ def _div(a, b):
     return core.divide(_cast(a, dt), _cast(b, dt))
 
 
-def _trunc_div_int(a, b):
+def _trunc_div_int(a: Array, b: Array):
     q = core.floor_divide(a, b)
     r = core.remainder(a, b)
     fix = (r != 0) & ((a < 0) != (b < 0))
@@ -246,7 +258,7 @@ def _trunc_div_int(a, b):
 
 
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
-def _div_mode(a, b, rounding_mode=None):
+def _div_mode(a: Array, b: Array, rounding_mode: str | None = None):
     if rounding_mode is None:
         return _div(a, b)
     a, b, dt = _promoted(a, b)
@@ -259,7 +271,7 @@ def _div_mode(a, b, rounding_mode=None):
 
 
 @lower(prims.div.default)
-def _p_div(a, b):
+def _p_div(a: Array, b: Array):
     a, b, dt = _promoted(a, b)
     if dt in _FLOATS:
         return core.divide(a, b)
@@ -267,7 +279,7 @@ def _p_div(a, b):
 
 
 @lower(aten.fmod.Tensor, aten.fmod.Scalar, prims.fmod.default)
-def _fmod(a, b):
+def _fmod(a: Array, b: Array):
     a, b, dt = _promoted(a, b)
     if dt in _FLOATS:
         q = core.divide(a, b)
@@ -277,7 +289,7 @@ def _fmod(a, b):
 
 
 @lower(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, prims.pow.default)
-def _pow(a, b):
+def _pow(a: Array, b: Array):
     a, b, dt = _promoted(a, b)
     if dt not in _FLOATS:
         # integer powers: negative exponents raise (or round) in torch; only what is exact here
@@ -287,15 +299,15 @@ def _pow(a, b):
 
 
 @lower(aten.pow.Scalar)
-def _pow_s(a, b):
+def _pow_s(a: Array, b: Array):
     dt = result_dtype(a, b)
     if dt not in _FLOATS:
         raise NotImplementedError("integer power of a scalar")
     return core.power(core.array(a, dtype=dt), _cast(b, dt))
 
 
-def _float_unary(fn):
-    def lowering(a):
+def _float_unary(fn: Callable[..., Any]):
+    def lowering(a: Array):
         return fn(_to_float(a))
     return lowering
 
@@ -315,8 +327,8 @@ for _names, _fn in [
                 LOWERINGS[_packet.default] = _float_unary(_fn)
 
 
-def _same_unary(fn, *, ints_identity=False):
-    def lowering(a):
+def _same_unary(fn: Callable[..., Any], *, ints_identity=False):
+    def lowering(a: Array):
         if a.dtype == core.bool_:
             raise NotImplementedError("on bool")
         if ints_identity and a.dtype not in _FLOATS:
@@ -336,7 +348,7 @@ lower(aten.trunc.default, prims.trunc.default)(_same_unary(
 
 
 @lower(aten.round.default, aten.round.decimals, prims.round.default)
-def _round(a, decimals=0):
+def _round(a: Array, decimals: int = 0):
     if a.dtype not in _FLOATS:
         if decimals:
             raise NotImplementedError("round of an integer tensor to decimals")
@@ -345,12 +357,12 @@ def _round(a, decimals=0):
 
 
 @lower(aten.logical_not.default)
-def _logical_not(a):
+def _logical_not(a: Array):
     return core.logical_not(a)
 
 
 @lower(aten.bitwise_not.default, prims.bitwise_not.default)
-def _bitwise_not(a):
+def _bitwise_not(a: Array):
     if a.dtype == core.bool_:
         return core.logical_not(a)
     if a.dtype not in _INTS:
@@ -359,29 +371,29 @@ def _bitwise_not(a):
 
 
 @lower(aten.isnan.default)
-def _isnan(a):
+def _isnan(a: Array):
     return core.isnan(a) if a.dtype in _FLOATS else core.zeros(a.shape, dtype=core.bool_)
 
 
 @lower(aten.isinf.default)
-def _isinf(a):
+def _isinf(a: Array):
     return core.isinf(a) if a.dtype in _FLOATS else core.zeros(a.shape, dtype=core.bool_)
 
 
 @lower(aten.isfinite.default, prims.isfinite.default)
-def _isfinite(a):
+def _isfinite(a: Array):
     return core.isfinite(a) if a.dtype in _FLOATS else core.ones(a.shape, dtype=core.bool_)
 
 
 @lower(aten.relu.default)
-def _relu(a):
+def _relu(a: Array):
     if a.dtype == core.bool_:
         raise NotImplementedError("relu of bool")
     return core.maximum(a, core.array(0, dtype=a.dtype))
 
 
 @lower(aten.gelu.default)
-def _gelu(a, approximate="none"):
+def _gelu(a: Array, approximate: str = "none"):
     if a.dtype not in _FLOATS:
         raise NotImplementedError("gelu of an integer tensor")
     if approximate == "tanh":
@@ -391,14 +403,14 @@ def _gelu(a, approximate="none"):
 
 
 @lower(aten.silu.default)
-def _silu(a):
+def _silu(a: Array):
     if a.dtype not in _FLOATS:
         raise NotImplementedError("silu of an integer tensor")
     return a * core.sigmoid(a)
 
 
-def _compare(fn):
-    def lowering(a, b):
+def _compare(fn: Callable[..., Any]):
+    def lowering(a: Array, b: Array):
         a, b, _ = _promoted(a, b)
         return fn(a, b)
     return lowering
@@ -410,8 +422,8 @@ for _op, _fn in [("eq", core.equal), ("ne", core.not_equal), ("lt", core.less), 
     LOWERINGS[getattr(prims, _op).default] = _compare(_fn)
 
 
-def _logical(fn):
-    def lowering(a, b):
+def _logical(fn: Callable[..., Any]):
+    def lowering(a: Array, b: Array):
         return fn(a if type(a) is not _ARR or a.dtype == core.bool_ else a != 0,
                   b if type(b) is not _ARR or b.dtype == core.bool_ else b != 0)
     return lowering
@@ -422,8 +434,8 @@ LOWERINGS[aten.logical_or.default] = _logical(core.logical_or)
 LOWERINGS[aten.logical_xor.default] = _logical(core.not_equal)
 
 
-def _bitwise(fn, logical):
-    def lowering(a, b):
+def _bitwise(fn: Callable[..., Any], logical):
+    def lowering(a: Array, b: Array):
         a, b, dt = _promoted(a, b)
         if dt == core.bool_:
             return logical(a, b)
@@ -442,13 +454,13 @@ for _name, _fn, _logical_fn in [("bitwise_and", core.bitwise_and, core.logical_a
 
 
 @lower(aten.where.self, prims.where.default)
-def _where(c, a, b):
+def _where(c, a: Array, b: Array):
     a, b, _ = _promoted(a, b)
     return core.where(c if c.dtype == core.bool_ else c != 0, a, b)
 
 
 @lower(aten.clamp.default, aten.clamp.Tensor)
-def _clamp(a, min=None, max=None):
+def _clamp(a: Array, min=None, max=None):
     dt = result_dtype(a, min, max)
     a = _cast(a, dt)
     if min is not None:
@@ -459,31 +471,31 @@ def _clamp(a, min=None, max=None):
 
 
 @lower(aten.clamp_min.default, aten.clamp_min.Tensor)
-def _clamp_min(a, min):
+def _clamp_min(a: Array, min):
     return _clamp(a, min=min)
 
 
 @lower(aten.clamp_max.default, aten.clamp_max.Tensor)
-def _clamp_max(a, max):
+def _clamp_max(a: Array, max):
     return _clamp(a, max=max)
 
 
 @lower(aten.lerp.Scalar, aten.lerp.Tensor)
-def _lerp(a, b, w):
+def _lerp(a: Array, b: Array, w: Array):
     if a.dtype not in _FLOATS:
         raise NotImplementedError("lerp of an integer tensor")
     return a + w * (b - a)
 
 
 @lower(aten.addcmul.default)
-def _addcmul(a, t1, t2, value=1):
+def _addcmul(a: Array, t1: Array, t2: Array, value=1):
     dt = result_dtype(a, t1, t2)
     a, t1, t2 = _cast(a, dt), _cast(t1, dt), _cast(t2, dt)
     return a + value * t1 * t2 if value != 1 else a + t1 * t2
 
 
 @lower(aten.addcdiv.default)
-def _addcdiv(a, t1, t2, value=1):
+def _addcdiv(a: Array, t1: Array, t2: Array, value=1):
     dt = result_dtype(a, t1, t2)
     if dt not in _FLOATS:
         raise NotImplementedError("addcdiv of integer tensors")
@@ -494,7 +506,9 @@ def _addcdiv(a, t1, t2, value=1):
 # -- copies, casts, factories -----------------------------------------------
 
 @lower(aten._to_copy.default)
-def _to_copy(a, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+def _to_copy(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+             device: torch.device | str | None = None, pin_memory: bool | None = None, non_blocking: bool = False,
+             memory_format: torch.memory_format | None = None):
     if device is not None and torch.device(device).type != "cpu":
         raise NotImplementedError(f"MLXTensor cannot move to {device}")
     if dtype is not None and _dt(dtype) != a.dtype:
@@ -502,7 +516,7 @@ def _to_copy(a, dtype=None, layout=None, device=None, pin_memory=None, non_block
     return core.array(a)
 
 
-def _convert(a, dt):
+def _convert(a: Array, dt):
     """``a`` as dtype ``dt`` with torch's conversion rules (float -> int truncates toward zero, as both do)."""
     if dt == core.bool_ and a.dtype != core.bool_:
         return a != 0
@@ -510,22 +524,24 @@ def _convert(a, dt):
 
 
 @lower(prims.convert_element_type.default)
-def _p_convert(a, dtype):
+def _p_convert(a: Array, dtype: torch.dtype | None):
     return _convert(a, _dt(dtype)) if _dt(dtype) != a.dtype else a
 
 
 @lower(aten.clone.default, prims.clone.default)
-def _clone(a, memory_format=None):
+def _clone(a: Array, memory_format: torch.memory_format | None = None):
     return core.array(a)
 
 
 @lower(aten.lift_fresh.default, aten.lift_fresh_copy.default)
-def _lift(a):
+def _lift(a: Array):
     return a
 
 
 def _like(value):
-    def fn(a, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    def fn(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+           device: torch.device | str | None = None, pin_memory: bool | None = None,
+           memory_format: torch.memory_format | None = None):
         dt = _dt(dtype) if dtype is not None else a.dtype
         return core.full(a.shape, value, dtype=dt)
     return fn
@@ -537,17 +553,20 @@ LOWERINGS[aten.empty_like.default] = _like(0)
 
 
 @lower(aten.full_like.default)
-def _full_like(a, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+def _full_like(a: Array, fill_value, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+               device: torch.device | str | None = None, pin_memory: bool | None = None,
+               memory_format: torch.memory_format | None = None):
     return core.full(a.shape, fill_value, dtype=_dt(dtype) if dtype is not None else a.dtype)
 
 
 @lower(aten.fill.Scalar, aten.fill.Tensor, prims.fill.default)
-def _fill(a, value):
+def _fill(a: Array, value):
     return core.full(a.shape, value if type(value) is not _ARR else value.astype(a.dtype), dtype=a.dtype)
 
 
 @lower(aten.new_zeros.default, aten.new_empty.default, aten.new_full.default, aten.new_ones.default)
-def _new(a, size, *rest, dtype=None, layout=None, device=None, pin_memory=None):
+def _new(a: Array, size: Sequence[int], *rest: Any, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+         device: torch.device | str | None = None, pin_memory: bool | None = None):
     value = rest[0] if rest else 0
     return core.full(tuple(size), value, dtype=_dt(dtype) if dtype is not None else a.dtype)
 
@@ -557,17 +576,17 @@ LOWERINGS[aten.new_ones.default] = lambda a, size, dtype=None, layout=None, devi
 
 
 @lower(aten.copy.default)
-def _copy(a, src, non_blocking=False):
+def _copy(a: Array, src: Array, non_blocking: bool = False):
     return core.broadcast_to(_convert(src, a.dtype) if src.dtype != a.dtype else src, a.shape)
 
 
 @lower(aten.tril.default)
-def _tril(a, diagonal=0):
+def _tril(a: Array, diagonal: int = 0):
     return core.tril(a, diagonal) if a.ndim >= 2 else _raise("tril of a tensor with fewer than 2 dims")
 
 
 @lower(aten.triu.default)
-def _triu(a, diagonal=0):
+def _triu(a: Array, diagonal: int = 0):
     return core.triu(a, diagonal) if a.ndim >= 2 else _raise("triu of a tensor with fewer than 2 dims")
 
 
@@ -576,7 +595,7 @@ def _raise(why):
 
 
 @lower(aten.flip.default, prims.rev.default)
-def _flip(a, dims):
+def _flip(a: Array, dims: Sequence[int]):
     idx = [slice(None)] * a.ndim
     for d in dims:
         idx[d % a.ndim] = slice(None, None, -1)
@@ -586,22 +605,22 @@ def _flip(a, dims):
 # -- views (aliasing handled in views.py) ------------------------------------
 
 @lower(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default, prims.reshape.default)
-def _view(a, size, *stride):
+def _view(a: Array, size: Sequence[int], *stride: Any):
     return a.reshape(tuple(size))
 
 
 @lower(aten.alias.default, aten.detach.default, prims.view_of.default)
-def _alias(a):
+def _alias(a: Array):
     return a
 
 
 @lower(aten.unsqueeze.default)
-def _unsqueeze(a, dim):
+def _unsqueeze(a: Array, dim: Dims):
     return core.expand_dims(a, dim % (a.ndim + 1))
 
 
 @lower(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, prims.squeeze.default)
-def _squeeze(a, dim=None):
+def _squeeze(a: Array, dim: Dims | None = None):
     if dim is not None and not isinstance(dim, int) and len(dim) == 0:
         return a  # squeeze.dims with no dims squeezes nothing
     dims = [d for d in _dims(dim, a.ndim) if a.shape[d] == 1] if a.ndim else []
@@ -609,29 +628,29 @@ def _squeeze(a, dim=None):
 
 
 @lower(aten.t.default)
-def _t(a):
+def _t(a: Array):
     return a.T if a.ndim == 2 else a
 
 
 @lower(aten.transpose.int)
-def _transpose(a, d0, d1):
+def _transpose(a: Array, d0, d1):
     return core.swapaxes(a, d0, d1) if a.ndim else a
 
 
 @lower(aten.permute.default, prims.transpose.default)
-def _permute(a, dims):
+def _permute(a: Array, dims: Sequence[int]):
     return core.transpose(a, [d % a.ndim for d in dims]) if a.ndim else a
 
 
 @lower(aten.expand.default)
-def _expand(a, size, implicit=False):
+def _expand(a: Array, size: Sequence[int], implicit: bool = False):
     lead = len(size) - a.ndim
     shape = [a.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
     return core.broadcast_to(a, shape)
 
 
 @lower(aten.slice.Tensor)
-def _slice(a, dim=0, start=None, end=None, step=1):
+def _slice(a: Array, dim: Dims = 0, start=None, end=None, step=1):
     n = a.shape[dim]
     start = 0 if start is None else start
     end = n if end is None else end
@@ -643,14 +662,14 @@ def _slice(a, dim=0, start=None, end=None, step=1):
 
 
 @lower(aten.select.int)
-def _select(a, dim, index):
+def _select(a: Array, dim: int, index: int):
     idx = [slice(None)] * a.ndim
     idx[dim] = index
     return a[tuple(idx)]
 
 
 @lower(prims.broadcast_in_dim.default)
-def _p_broadcast(a, shape, broadcast_dimensions):
+def _p_broadcast(a: Array, shape: Sequence[int], broadcast_dimensions):
     shape = list(shape)
     expanded = [1] * len(shape)
     for src, dst in enumerate(broadcast_dimensions):
@@ -659,7 +678,7 @@ def _p_broadcast(a, shape, broadcast_dimensions):
 
 
 @lower(prims.collapse_view.default, prims.collapse.default)
-def _p_collapse(a, start, end):
+def _p_collapse(a: Array, start, end):
     shape = list(a.shape)
     n = 1
     for s in shape[start:end]:
@@ -668,14 +687,14 @@ def _p_collapse(a, start, end):
 
 
 @lower(prims.split_dim.default)
-def _p_split_dim(a, dim, outer_length):
+def _p_split_dim(a: Array, dim: Dims, outer_length):
     shape = list(a.shape)
     return a.reshape(shape[:dim] + [outer_length, shape[dim] // outer_length] + shape[dim + 1:])
 
 
 # -- reductions -------------------------------------------------------------
 
-def _acc(a, dtype):
+def _acc(a: Array, dtype: torch.dtype | None):
     """torch's accumulation dtype for sum/prod/cumsum: the requested one, else int64 for integers and bool."""
     if dtype is not None:
         return _convert(a, _dt(dtype)) if _dt(dtype) != a.dtype else a
@@ -683,19 +702,19 @@ def _acc(a, dtype):
 
 
 @lower(aten.sum.dim_IntList, aten.sum.default)
-def _sum(a, dim=None, keepdim=False, dtype=None):
+def _sum(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None):
     a = _acc(a, dtype)
     return core.sum(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
 
 
 @lower(aten.prod.default, aten.prod.dim_int)
-def _prod(a, dim=None, keepdim=False, dtype=None):
+def _prod(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None):
     a = _acc(a, dtype)
     return core.prod(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
 
 
 @lower(aten.mean.dim, aten.mean.default)
-def _mean(a, dim=None, keepdim=False, dtype=None):
+def _mean(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None):
     if dtype is not None:
         a = a.astype(_dt(dtype))
     if a.dtype not in _FLOATS:
@@ -703,8 +722,8 @@ def _mean(a, dim=None, keepdim=False, dtype=None):
     return core.mean(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
 
 
-def _extreme(fn):
-    def lowering(a, dim=(), keepdim=False):
+def _extreme(fn: Callable[..., Any]):
+    def lowering(a: Array, dim: Dims = (), keepdim: bool = False):
         axes = _dims(dim, a.ndim)
         if any(a.shape[d] == 0 for d in axes) or (a.size == 0 and not axes):
             raise NotImplementedError("reduction over an empty dimension")  # torch raises
@@ -717,17 +736,17 @@ lower(aten.amin.default)(_extreme(core.min))
 
 
 @lower(aten.max.default)
-def _max_all(a):
+def _max_all(a: Array):
     return _extreme(core.max)(a)
 
 
 @lower(aten.min.default)
-def _min_all(a):
+def _min_all(a: Array):
     return _extreme(core.min)(a)
 
 
-def _arg(fn, extreme):
-    def lowering(a, dim=None, keepdim=False):
+def _arg(fn: Callable[..., Any], extreme):
+    def lowering(a: Array, dim: Dims | None = None, keepdim: bool = False):
         if a.size == 0:
             raise NotImplementedError("argmax/argmin of an empty tensor")
         if a.ndim == 0:
@@ -757,8 +776,8 @@ lower(aten.argmax.default)(_arg(core.argmax, "max"))
 lower(aten.argmin.default)(_arg(core.argmin, "min"))
 
 
-def _extreme_dim(fn, argfn, extreme):
-    def lowering(a, dim, keepdim=False):
+def _extreme_dim(fn: Callable[..., Any], argfn: Callable[..., Any], extreme):
+    def lowering(a: Array, dim: Dims, keepdim: bool = False):
         if a.ndim == 0:
             return a, core.array(0, dtype=core.int64)
         idx = _arg(argfn, extreme)(a, dim, True)
@@ -773,8 +792,8 @@ lower(aten.max.dim)(_extreme_dim(core.max, core.argmax, "max"))
 lower(aten.min.dim)(_extreme_dim(core.min, core.argmin, "min"))
 
 
-def _bool_reduce(fn):
-    def lowering(a, dim=None, keepdim=False):
+def _bool_reduce(fn: Callable[..., Any]):
+    def lowering(a: Array, dim: Dims | None = None, keepdim: bool = False):
         out = fn(a if a.dtype == core.bool_ else a != 0, axis=_dims(dim, a.ndim), keepdims=keepdim)
         return out.astype(core.uint8) if a.dtype == core.uint8 else out
     return lowering
@@ -784,7 +803,7 @@ lower(aten.any.default, aten.any.dim, aten.any.dims)(_bool_reduce(core.any))
 lower(aten.all.default, aten.all.dim, aten.all.dims)(_bool_reduce(core.all))
 
 
-def _var_impl(a, dims, correction, keepdim):
+def _var_impl(a: Array, dims: Sequence[int], correction: Scalar | None, keepdim: bool):
     if a.dtype not in _FLOATS:
         raise NotImplementedError("var of an integer tensor")
     n = 1
@@ -796,51 +815,51 @@ def _var_impl(a, dims, correction, keepdim):
 
 
 @lower(aten.var.correction)
-def _var(a, dim=None, *, correction=None, keepdim=False):
+def _var(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False):
     return _var_impl(a, _dims(dim, a.ndim), 1 if correction is None else correction, keepdim)
 
 
 @lower(aten.std.correction)
-def _std(a, dim=None, *, correction=None, keepdim=False):
+def _std(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False):
     return core.sqrt(_var(a, dim, correction=correction, keepdim=keepdim))
 
 
 @lower(aten.var_mean.correction)
-def _var_mean(a, dim=None, *, correction=None, keepdim=False):
+def _var_mean(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False):
     dims = _dims(dim, a.ndim)
     return (_var_impl(a, dims, 1 if correction is None else correction, keepdim),
             core.mean(a, axis=dims, keepdims=keepdim))
 
 
 @lower(prims.sum.default)
-def _p_sum(a, dims, *, output_dtype=None):
+def _p_sum(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
     out = core.sum(a, axis=list(dims))
     return out.astype(_dt(output_dtype)) if output_dtype is not None else out
 
 
 @lower(prims.prod.default)
-def _p_prod(a, dims, *, output_dtype=None):
+def _p_prod(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
     out = core.prod(a, axis=list(dims))
     return out.astype(_dt(output_dtype)) if output_dtype is not None else out
 
 
 @lower(prims.amax.default)
-def _p_amax(a, dims, *, output_dtype=None):
+def _p_amax(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
     return _extreme(core.max)(a, list(dims))
 
 
 @lower(prims.amin.default)
-def _p_amin(a, dims, *, output_dtype=None):
+def _p_amin(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
     return _extreme(core.min)(a, list(dims))
 
 
 @lower(prims.var.default)
-def _p_var(a, dims, correction=1, *, output_dtype=None):
+def _p_var(a: Array, dims: Sequence[int], correction: Scalar | None = 1, *, output_dtype: torch.dtype | None = None):
     return _var_impl(a, list(dims), correction, False)
 
 
 @lower(aten.logsumexp.default)
-def _logsumexp(a, dim, keepdim=False):
+def _logsumexp(a: Array, dim: Dims, keepdim: bool = False):
     a = _to_float(a)
     axes = _dims(dim, a.ndim)
     if a.size == 0:
@@ -849,20 +868,20 @@ def _logsumexp(a, dim, keepdim=False):
 
 
 @lower(aten.cumsum.default)
-def _cumsum(a, dim, dtype=None):
+def _cumsum(a: Array, dim: Dims, dtype: torch.dtype | None = None):
     a = _acc(a, dtype)
     return core.cumsum(a, axis=dim % a.ndim) if a.ndim else a
 
 
 @lower(aten.cumprod.default)
-def _cumprod(a, dim, dtype=None):
+def _cumprod(a: Array, dim: Dims, dtype: torch.dtype | None = None):
     a = _acc(a, dtype)
     return core.cumprod(a, axis=dim % a.ndim) if a.ndim else a
 
 
 # -- sorting ------------------------------------------------------------------
 
-def _descending_order(a, axis):
+def _descending_order(a: Array, axis: int):
     """Indices sorting ``a`` descending along ``axis``, ties in index order, NaN first (torch's order)."""
     n = a.shape[axis]
     rev = [slice(None)] * a.ndim
@@ -872,7 +891,7 @@ def _descending_order(a, axis):
 
 
 @lower(aten.sort.default, aten.sort.stable)
-def _sort(a, dim=-1, descending=False, *, stable=None):
+def _sort(a: Array, dim: Dims = -1, descending: bool = False, *, stable: bool | None = None):
     if stable:
         raise NotImplementedError("stable sort")  # MLX does not document a stable sort
     if a.ndim == 0:
@@ -883,7 +902,7 @@ def _sort(a, dim=-1, descending=False, *, stable=None):
 
 
 @lower(aten.topk.default)
-def _topk(a, k, dim=-1, largest=True, sorted=True):
+def _topk(a: Array, k, dim: Dims = -1, largest: bool = True, sorted: bool = True):
     if a.ndim == 0:
         return a, core.array(0, dtype=core.int64)
     axis = dim % a.ndim
@@ -903,17 +922,17 @@ _MATMUL_NAMES = {core.float32: ("Float", "float"), core.float64: ("Double", "dou
                  core.float16: ("Half", "c10::Half"), core.bfloat16: ("BFloat16", "c10::BFloat16")}
 
 
-def _names(*arrays, c10: bool = False) -> list:
+def _names(*arrays: Any, c10: bool = False) -> list:
     return [_MATMUL_NAMES.get(x.dtype, (str(_tdt(x.dtype)),) * 2)[c10] for x in arrays]
 
 
-def _check_floating(a, b) -> None:
+def _check_floating(a: Array, b: Array) -> None:
     if a.dtype not in _FLOATS or b.dtype not in _FLOATS:
         raise NotImplementedError("integer matmul")  # MLX multiplies floating arrays only: torch on the host
 
 
 @lower(aten.mm.default)
-def _mm(a, b):
+def _mm(a: Array, b: Array):
     if a.dtype != b.dtype:  # torch refuses mixed dtypes (CUDA too); promoting would hide the program's bug
         raise RuntimeError("expected m1 and m2 to have the same dtype, but got: {} != {}".format(*_names(a, b, c10=True)))
     _check_floating(a, b)
@@ -921,7 +940,7 @@ def _mm(a, b):
 
 
 @lower(aten.bmm.default)
-def _bmm(a, b):
+def _bmm(a: Array, b: Array):
     if a.dtype != b.dtype:
         raise RuntimeError("expected scalar type {} but found {}".format(*_names(a, b)))
     _check_floating(a, b)
@@ -929,7 +948,7 @@ def _bmm(a, b):
 
 
 @lower(aten.addmm.default)
-def _addmm(bias, a, b, beta=1, alpha=1):
+def _addmm(bias: Array | None, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1):
     if a.dtype != b.dtype:
         raise RuntimeError("mat1 and mat2 must have the same dtype, but got {} and {}".format(*_names(a, b)))
     if bias.dtype != b.dtype:
@@ -938,7 +957,7 @@ def _addmm(bias, a, b, beta=1, alpha=1):
     return _scaled_addmm(bias, a, b, beta, alpha)
 
 
-def _scaled_addmm(bias, a, b, beta, alpha):
+def _scaled_addmm(bias: Array | None, a: Array, b: Array, beta: Scalar, alpha: Scalar):
     if beta == 1 and alpha == 1:
         return core.addmm(bias, a, b)
     out = core.matmul(a, b)
@@ -950,7 +969,7 @@ def _scaled_addmm(bias, a, b, beta, alpha):
 
 
 @lower(aten.baddbmm.default)
-def _baddbmm(bias, a, b, beta=1, alpha=1):
+def _baddbmm(bias: Array | None, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1):
     if not bias.dtype == a.dtype == b.dtype:
         raise RuntimeError("Input dtypes must be the same, got: input {}, batch1: {}, batch2: {}".format(
             *_names(bias, a, b, c10=True)))
@@ -959,19 +978,19 @@ def _baddbmm(bias, a, b, beta=1, alpha=1):
 
 
 @lower(aten.cat.default, prims.cat.default)
-def _cat(tensors, dim=0):
+def _cat(tensors: Sequence[Array], dim: Dims = 0):
     tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
     dt = result_dtype(*tensors)
     return core.concatenate([_cast(t, dt) for t in tensors], axis=dim % tensors[0].ndim)
 
 
 @lower(aten.stack.default)
-def _stack(tensors, dim=0):
+def _stack(tensors: Sequence[Array], dim: Dims = 0):
     dt = result_dtype(*tensors)
     return core.stack([_cast(t, dt) for t in tensors], axis=dim % (tensors[0].ndim + 1))
 
 
-def _index(index, n):
+def _index(index: Array, n):
     """An index array with torch's negative-index meaning."""
     if index.dtype not in _INTS:
         raise NotImplementedError(f"index of dtype {index.dtype}")
@@ -979,7 +998,7 @@ def _index(index, n):
 
 
 @lower(aten.index_select.default)
-def _index_select(a, dim, index):
+def _index_select(a: Array, dim: Dims, index: Array):
     if index.ndim > 1:
         raise NotImplementedError("index_select with a multi-dimensional index")  # torch raises
     if a.ndim == 0:
@@ -988,11 +1007,11 @@ def _index_select(a, dim, index):
 
 
 @lower(aten.embedding.default)
-def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+def _embedding(weight: Array, indices: Array, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
     return core.take(weight, _index(indices, weight.shape[0]), axis=0)
 
 
-def _fit(a, shape, skip):
+def _fit(a: Array, shape: Sequence[int], skip):
     """``a`` cut to ``shape`` in every dim but ``skip`` (torch's gather/scatter read only index's extent)."""
     if tuple(a.shape) == tuple(shape):
         return a
@@ -1000,7 +1019,7 @@ def _fit(a, shape, skip):
 
 
 @lower(aten.gather.default)
-def _gather(a, dim, index, sparse_grad=False):
+def _gather(a: Array, dim: Dims, index: Array, sparse_grad: bool = False):
     if index.size == 0:
         return core.zeros(index.shape, dtype=a.dtype)
     if a.ndim == 0 or index.ndim == 0:
@@ -1011,7 +1030,7 @@ def _gather(a, dim, index, sparse_grad=False):
     return core.take_along_axis(_fit(a, index.shape, dim), _index(index, a.shape[dim]), axis=dim)
 
 
-def _scatter_positions(a, dim, index):
+def _scatter_positions(a: Array, dim: Dims, index: Array):
     grids = []
     for d, n in enumerate(index.shape):
         shape = [1] * index.ndim
@@ -1021,7 +1040,7 @@ def _scatter_positions(a, dim, index):
     return tuple(grids)
 
 
-def _scatter_0d(fn, a, dim, index, src):
+def _scatter_0d(fn: Callable[..., Any], a: Array, dim: Dims, index: Array, src: Array):
     """scatter with 0-d operands, as 1-d ones."""
     if max(a.ndim, index.ndim, src.ndim if type(src) is _ARR else 0) > 1:
         raise NotImplementedError("scatter with mixed 0-d operands")
@@ -1030,7 +1049,7 @@ def _scatter_0d(fn, a, dim, index, src):
 
 
 @lower(aten.scatter_add.default)
-def _scatter_add(a, dim, index, src):
+def _scatter_add(a: Array, dim: Dims, index: Array, src: Array):
     if index.size == 0:
         return core.array(a)
     if a.ndim == 0 or index.ndim == 0:
@@ -1040,7 +1059,7 @@ def _scatter_add(a, dim, index, src):
 
 
 @lower(aten.scatter.value, aten.scatter.src)
-def _scatter(a, dim, index, value):
+def _scatter(a: Array, dim: Dims, index: Array, value):
     if a.ndim == 0 or index.ndim == 0:
         return _scatter_0d(_scatter, a, dim, index, value)
     out = core.array(a)
@@ -1052,7 +1071,7 @@ def _scatter(a, dim, index, value):
     return out
 
 
-def _advanced_index(a, indices):
+def _advanced_index(a: Array, indices: Array):
     if len(indices) > a.ndim:
         raise NotImplementedError("too many indices")
     idx: list = []
@@ -1076,22 +1095,22 @@ def _advanced_index(a, indices):
 
 
 @lower(aten._local_scalar_dense.default)
-def _local_scalar_dense(a):
+def _local_scalar_dense(a: Array):
     return a.item()
 
 
 @lower(prims.copy_strided.default)
-def _copy_strided(a, stride):
+def _copy_strided(a: Array, stride: Ints):
     return core.array(a)
 
 
 @lower(aten.index.Tensor, aten._unsafe_index.Tensor)
-def _index_tensor(a, indices):
+def _index_tensor(a: Array, indices: Array):
     return a[_advanced_index(a, indices)]
 
 
 @lower(aten.index_put.default, aten._unsafe_index_put.default)
-def _index_put(a, indices, values, accumulate=False):
+def _index_put(a: Array, indices: Array, values: Array, accumulate: bool = False):
     idx = _advanced_index(a, indices)
     values = values.astype(a.dtype) if values.dtype != a.dtype else values
     if accumulate:
@@ -1102,13 +1121,13 @@ def _index_put(a, indices, values, accumulate=False):
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
-def _masked_fill(a, mask, value):
+def _masked_fill(a: Array, mask: Array, value):
     value = value.astype(a.dtype) if type(value) is _ARR else core.array(value, dtype=a.dtype)
     return core.where(mask, value, a)
 
 
 @lower(aten._softmax.default)
-def _softmax(a, dim, half_to_float=False):
+def _softmax(a: Array, dim: Dims, half_to_float: bool = False):
     if half_to_float:
         a = a.astype(core.float32)
     if a.size == 0:
@@ -1119,7 +1138,7 @@ def _softmax(a, dim, half_to_float=False):
 
 
 @lower(aten._log_softmax.default)
-def _log_softmax(a, dim, half_to_float=False):
+def _log_softmax(a: Array, dim: Dims, half_to_float: bool = False):
     if half_to_float:
         a = a.astype(core.float32)
     if a.size == 0:
@@ -1141,7 +1160,7 @@ def _log_softmax(a, dim, half_to_float=False):
 
 
 @lower(aten.native_dropout.default)
-def _native_dropout(a, p, train):
+def _native_dropout(a: Array, p, train: bool):
     if not train or p == 0:
         return core.array(a), core.ones(a.shape, dtype=core.bool_)
     # torch's own CPU kernel on a host tensor of the same shape and dtype draws the mask: the generator
@@ -1153,7 +1172,7 @@ def _native_dropout(a, p, train):
 
 # -- convolution and pooling ---------------------------------------------------------
 
-def _conv_core(x, w, stride, padding, dilation, groups):
+def _conv_core(x: Array, w: Array, stride: Ints, padding: Ints, dilation: Ints, groups: int):
     n = x.ndim - 2
     # torch NC... / OI... -> MLX N...C / O...I
     to_last = [0, *range(2, n + 2), 1]
@@ -1162,7 +1181,7 @@ def _conv_core(x, w, stride, padding, dilation, groups):
     return out.transpose([0, n + 1, *range(1, n + 1)])
 
 
-def _conv_checks(x, transposed, padding):
+def _conv_checks(x: Array, transposed: bool, padding: Ints):
     if transposed:
         raise NotImplementedError("transposed convolution")
     if x.ndim not in (3, 4, 5):
@@ -1172,7 +1191,8 @@ def _conv_checks(x, transposed, padding):
 
 
 @lower(aten.convolution.default)
-def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+def _convolution(x: Array, w: Array, bias: Array | None, stride: Ints, padding: Ints, dilation: Ints, transposed: bool,
+                 output_padding: Ints, groups: int):
     _conv_checks(x, transposed, padding)
     out = _conv_core(x, w.astype(x.dtype), stride, padding, dilation, groups)
     if bias is not None:
@@ -1181,11 +1201,12 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
 
 
 @lower(aten.convolution_backward.default)
-def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
-                          output_mask):
+def _convolution_backward(grad: Array, x: Array, w: Array, bias_sizes: Sequence[int] | None, stride: Ints, padding: Ints,
+                          dilation: Ints, transposed: bool, output_padding: Ints, groups: int,
+                          output_mask: Sequence[bool]):
     _conv_checks(x, transposed, padding)
 
-    def conv(x_, w_):
+    def conv(x_: Array, w_: Array):
         return _conv_core(x_, w_, stride, padding, dilation, groups)
 
     _, (gx, gw) = core.vjp(conv, [x, w], [grad])
@@ -1193,7 +1214,7 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
     return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
 
 
-def _pool_windows(x, kernel, stride, padding, pad_value):
+def _pool_windows(x: Array, kernel: Sequence[int], stride: Ints, padding: Ints, pad_value):
     """Every (kernel offset) slice of ``x`` padded: a list of arrays shaped like the output."""
     n = len(kernel)
     if padding and any(padding):
@@ -1216,14 +1237,14 @@ def _pool_windows(x, kernel, stride, padding, pad_value):
     return windows
 
 
-def _pool_args(kernel_size, stride, padding, n=2):
+def _pool_args(kernel_size: Ints, stride: Ints, padding: Ints, n=2):
     kernel = list(kernel_size) * (n if len(kernel_size) == 1 else 1)
     stride = list(stride) * (n if len(stride) == 1 else 1) if stride else kernel
     padding = list(padding) * (n if len(padding) == 1 else 1) if not isinstance(padding, int) else [padding] * n
     return kernel, stride, padding
 
 
-def _pool_extent(size, k, st, p, ceil_mode):
+def _pool_extent(size: int, k, st, p, ceil_mode: bool):
     """torch's pooling output length, and the right padding that makes every window fit."""
     span = size + 2 * p - k
     out = (-(-span // st) if ceil_mode else span // st) + 1
@@ -1232,7 +1253,8 @@ def _pool_extent(size, k, st, p, ceil_mode):
     return out, max(0, (out - 1) * st + k - (size + 2 * p))
 
 
-def _avg_pool2d_fn(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, spatial):
+def _avg_pool2d_fn(kernel_size: Ints, stride: Ints, padding: Ints, ceil_mode: bool, count_include_pad: bool,
+                   divisor_override: int | None, spatial: Sequence[int]):
     kernel, stride, padding = _pool_args(kernel_size, stride, padding)
     extents = [_pool_extent(s, k, st, p, ceil_mode) for s, k, st, p in zip(spatial, kernel, stride, padding)]
     extra = [e for _, e in extents]
@@ -1253,7 +1275,7 @@ def _avg_pool2d_fn(kernel_size, stride, padding, ceil_mode, count_include_pad, d
         for w in windows[1:]:
             divisor = divisor + w
 
-    def pool(x):
+    def pool(x: Array):
         xp = core.pad(x, [(0, 0)] * (x.ndim - 2) + [(p, p + e) for p, e in zip(padding, extra)])
         windows = _pool_windows(xp, kernel, stride, None, 0)
         total = windows[0]
@@ -1264,7 +1286,8 @@ def _avg_pool2d_fn(kernel_size, stride, padding, ceil_mode, count_include_pad, d
 
 
 @lower(aten.avg_pool2d.default)
-def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+def _avg_pool2d(x: Array, kernel_size: Ints, stride: Ints = (), padding: Ints = 0, ceil_mode: bool = False,
+                count_include_pad: bool = True, divisor_override: int | None = None):
     if x.dtype not in _FLOATS:
         raise NotImplementedError("integer avg_pool2d")
     return _avg_pool2d_fn(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
@@ -1272,7 +1295,8 @@ def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_inc
 
 
 @lower(aten.avg_pool2d_backward.default)
-def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+def _avg_pool2d_backward(grad: Array, x: Array, kernel_size: Ints, stride: Ints, padding: Ints, ceil_mode: bool,
+                         count_include_pad: bool, divisor_override: int | None):
     pool = _avg_pool2d_fn(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
                           x.shape[-2:])
     _, (gx,) = core.vjp(pool, [x], [grad])
@@ -1281,7 +1305,7 @@ def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count
 
 # -- attention ------------------------------------------------------------------------
 
-def _attention_scores(q, k, is_causal, attn_mask, scale):
+def _attention_scores(q: Array, k, is_causal: bool, attn_mask: Array, scale):
     if q.ndim != k.ndim or q.shape[:-2] != k.shape[:-2]:
         raise NotImplementedError("attention with broadcast or grouped key/value heads")
     if q.dtype not in _FLOATS:
@@ -1297,14 +1321,14 @@ def _attention_scores(q, k, is_causal, attn_mask, scale):
     return s, scale
 
 
-def _attention_probs(s, lse):
+def _attention_probs(s, lse: Array):
     # a row with every position masked: probabilities 0 (torch's flash kernel writes 0 there)
     dead = core.isinf(lse) & (lse < 0)
     return core.where(dead, core.array(0, dtype=s.dtype), core.exp(s - core.where(dead, 0, lse)))
 
 
 @lower(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def _sdpa_flash(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+def _sdpa_flash(q: Array, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Array = None, scale=None):
     if dropout_p > 0:
         raise NotImplementedError("attention dropout (drawn by torch's generator on the host)")
     s, _ = _attention_scores(q, k, is_causal, attn_mask, scale)
@@ -1315,7 +1339,8 @@ def _sdpa_flash(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scal
 
 
 @lower(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def _sdpa_flash_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):
+def _sdpa_flash_backward(grad_out: Array, q: Array, k, v, out: Array, logsumexp: Array, dropout_p: float, is_causal: bool, *,
+                         attn_mask: Array = None, scale=None):
     if dropout_p > 0:
         raise NotImplementedError("attention dropout (drawn by torch's generator on the host)")
     s, scale = _attention_scores(q, k, is_causal, attn_mask, scale)
@@ -1330,7 +1355,7 @@ def _sdpa_flash_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal
 
 
 @lower(aten.constant_pad_nd.default)
-def _constant_pad_nd(a, pad, value=0):
+def _constant_pad_nd(a: Array, pad, value=0):
     if len(pad) % 2 or len(pad) // 2 > a.ndim or any(p < 0 for p in pad):
         raise NotImplementedError("negative (cropping) or malformed padding")
     widths = [(0, 0)] * a.ndim
@@ -1341,14 +1366,14 @@ def _constant_pad_nd(a, pad, value=0):
     return core.pad(a, widths, constant_values=core.array(value, dtype=a.dtype))
 
 
-def _adaptive_fn(x, output_size):
+def _adaptive_fn(x: Array, output_size: Sequence[int]):
     n = len(output_size)
     spatial = x.shape[-n:]
     if any(o == 0 or s % o for s, o in zip(spatial, output_size)):
         raise NotImplementedError("adaptive pooling with windows of unequal sizes")
     kernel = [s // o for s, o in zip(spatial, output_size)]
 
-    def pool(x_):
+    def pool(x_: Array):
         windows = _pool_windows(x_, kernel, kernel, None, 0)
         total = windows[0]
         for w in windows[1:]:
@@ -1358,14 +1383,14 @@ def _adaptive_fn(x, output_size):
 
 
 @lower(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(x, output_size):
+def _adaptive_avg_pool2d(x: Array, output_size: Sequence[int]):
     if x.dtype not in _FLOATS:
         raise NotImplementedError("integer adaptive_avg_pool2d")
     return _adaptive_fn(x, list(output_size))(x)
 
 
 @lower(aten._adaptive_avg_pool2d_backward.default)
-def _adaptive_avg_pool2d_backward(grad, x):
+def _adaptive_avg_pool2d_backward(grad: Array, x: Array):
     pool = _adaptive_fn(x, list(grad.shape[-2:]))
     _, (gx,) = core.vjp(pool, [x], [grad])
     return gx
@@ -1373,12 +1398,12 @@ def _adaptive_avg_pool2d_backward(grad, x):
 
 # -- normalization, losses and the backward kernels of training ---------------------------
 
-def _norm_axes(x, k):
+def _norm_axes(x: Array, k):
     return list(range(x.ndim - k, x.ndim))
 
 
 @lower(aten.native_layer_norm.default)
-def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+def _native_layer_norm(x: Array, normalized_shape: Sequence[int], weight: Array | None, bias: Array | None, eps: float):
     if x.dtype not in _FLOATS:
         raise NotImplementedError("layer_norm of an integer tensor")
     axes = _norm_axes(x, len(normalized_shape))
@@ -1397,7 +1422,8 @@ def _native_layer_norm(x, normalized_shape, weight, bias, eps):
 
 
 @lower(aten.native_layer_norm_backward.default)
-def _native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+def _native_layer_norm_backward(grad: Array, x: Array, normalized_shape: Sequence[int], mean: Array, rstd: Array,
+                                weight: Array | None, bias: Array | None, output_mask: Sequence[bool]):
     if x.dtype not in _FLOATS:
         raise NotImplementedError("layer_norm of an integer tensor")
     acc = core.float32 if x.dtype != core.float64 else x.dtype
@@ -1417,54 +1443,75 @@ def _native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, b
     return grad_input, grad_weight, grad_bias
 
 
-def _channel(v, ndim):
+def _channel(v, ndim: int):
     return v.reshape([1, -1] + [1] * (ndim - 2))
 
 
-def _bn_checks(x, *params):
-    if x.dtype not in (core.float32, core.float64) or x.ndim < 2:
-        raise NotImplementedError("batch_norm of this dtype or rank")  # reduced precision: the decomposition
-    if any(p is not None and p.dtype != x.dtype for p in params):
+def _bn_checks(x: Array, *params: Any):
+    if x.dtype not in _FLOATS or x.ndim < 2:
+        raise NotImplementedError("batch_norm of this dtype or rank")
+    # parameters of the input's dtype, or float32 ones with a half input (autocast: torch's "mixed type" kernel)
+    mixed = core.float32 if x.dtype in (core.float16, core.bfloat16) else x.dtype
+    if any(p is not None and p.dtype not in (x.dtype, mixed) for p in params):
         raise NotImplementedError("batch_norm with mixed dtypes")
 
 
-def _batch_norm_arrays(xa, wa, ba, rm, rv, training, momentum, eps):
-    """(out, save_mean, save_invstd, new running mean, new running var) of batch norm on arrays."""
+def _bn_dtypes(xa: Array, params: Sequence[Array | None]) -> tuple:
+    """(the dtype batch norm computes in, the dtype of its statistics) as torch's kernels have them: a half input
+    in float32 (opmath, rounded once); statistics in the parameters' dtype (float32 under autocast, where the
+    input is half and the parameters are not), else the input's."""
+    compute = core.float32 if xa.dtype in (core.float16, core.bfloat16) else xa.dtype
+    stats = next((a.dtype for a in params if a is not None), xa.dtype)
+    return compute, stats
+
+
+def _as(a: Array | None, dtype: Any) -> Array | None:
+    return a if a is None or a.dtype == dtype else a.astype(dtype)
+
+
+def _batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, training: bool, momentum: float, eps: float):
+    """(out, save_mean, save_invstd, new running mean, new running var) of batch norm on arrays, computed and
+    rounded in torch's dtypes (:func:`_bn_dtypes`)."""
     _bn_checks(xa, wa, ba, rm, rv)
+    compute, stats = _bn_dtypes(xa, (wa, rm))
+    x = _as(xa, compute)
     axes = [0, *range(2, xa.ndim)]
     new_rm, new_rv = rm, rv
     if training:
-        mean = core.mean(xa, axis=axes)
-        var = core.mean(core.square(xa - _channel(mean, xa.ndim)), axis=axes)
+        mean = core.mean(x, axis=axes)
+        var = core.mean(core.square(x - _channel(mean, x.ndim)), axis=axes)
         invstd = core.rsqrt(var + eps)
         if rm is not None:
             n = xa.size // xa.shape[1]
-            new_rm = (1 - momentum) * rm + momentum * mean
-            new_rv = (1 - momentum) * rv + momentum * var * (n / max(n - 1, 1))
-        save_mean, save_invstd = mean, invstd
+            new_rm = _as((1 - momentum) * _as(rm, compute) + momentum * mean, rm.dtype)
+            new_rv = _as((1 - momentum) * _as(rv, compute) + momentum * var * (n / max(n - 1, 1)), rv.dtype)
+        save_mean, save_invstd = _as(mean, stats), _as(invstd, stats)
     else:
         if rm is None:
             raise NotImplementedError("batch_norm in eval mode without running statistics")
-        mean, invstd = rm, core.rsqrt(rv + eps)
-        save_mean = save_invstd = core.zeros((0,), dtype=xa.dtype)
-    scale = invstd if wa is None else invstd * wa
-    out = (xa - _channel(mean, xa.ndim)) * _channel(scale, xa.ndim)
+        mean, invstd = _as(rm, compute), core.rsqrt(_as(rv, compute) + eps)
+        save_mean = save_invstd = core.zeros((0,), dtype=stats)
+    scale = invstd if wa is None else invstd * _as(wa, compute)
+    out = (x - _channel(mean, x.ndim)) * _channel(scale, x.ndim)
     if ba is not None:
-        out = out + _channel(ba, xa.ndim)
-    return out, save_mean, save_invstd, new_rm, new_rv
+        out = out + _channel(_as(ba, compute), x.ndim)
+    return _as(out, xa.dtype), save_mean, save_invstd, new_rm, new_rv
 
 
 @lower(aten._native_batch_norm_legit_functional.default)
-def _bn_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+def _bn_functional(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None, running_var: Array | None,
+                   training: bool, momentum: float, eps: float):
     return _batch_norm_arrays(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
 @lower(aten._native_batch_norm_legit_no_training.default)
-def _bn_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+def _bn_no_training(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None, running_var: Array | None,
+                    momentum: float, eps: float):
     return _batch_norm_arrays(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 
-def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, training, momentum, eps):
+def native_batch_norm_tensors(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None,
+                              running_var: Array | None, training: bool, momentum: float, eps: float):
     """``native_batch_norm`` on MLX tensors: it updates the running statistics in place (its schema does not
     say so), so it is lowered on the tensors, not on their arrays."""
     if training and any(t is not None and not isinstance(t, MLXTensor) for t in (running_mean, running_var)):
@@ -1478,47 +1525,55 @@ def native_batch_norm_tensors(x, weight, bias, running_mean, running_var, traini
     return _new_base(out), _new_base(save_mean), _new_base(save_invstd)
 
 
-TENSOR_LOWERINGS = {aten.native_batch_norm.default: native_batch_norm_tensors}
+#: lowerings taking MLX tensors themselves (they make tensors with a layout, or write to arguments)
+TENSOR_LOWERINGS = {aten.native_batch_norm.default: native_batch_norm_tensors,
+                    # memory_format (channels_last, or a preserved dense layout) honoured: torchdevice_mlx.layout
+                    aten.clone.default: like_layout(_clone), aten._to_copy.default: like_layout(_to_copy)}
 
 
 @lower(aten.native_batch_norm_backward.default)
-def _native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
-                                output_mask):
+def _native_batch_norm_backward(grad: Array, x: Array, weight: Array | None, running_mean: Array | None,
+                                running_var: Array | None, save_mean: Array, save_invstd: Array, train: bool, eps: float,
+                                output_mask: Sequence[bool]):
     _bn_checks(x, weight, running_mean, running_var)
+    compute, stats = _bn_dtypes(x, (weight, running_mean))
     axes = [0, *range(2, x.ndim)]
     if train:
-        mean, invstd = save_mean, save_invstd
+        mean, invstd = _as(save_mean, compute), _as(save_invstd, compute)
     else:
-        mean, invstd = running_mean, core.rsqrt(running_var + eps)
-    xhat = (x - _channel(mean, x.ndim)) * _channel(invstd, x.ndim)
-    grad_bias = core.sum(grad, axis=axes)
-    grad_weight = core.sum(grad * xhat, axis=axes)
-    scale = invstd if weight is None else invstd * weight
+        mean, invstd = _as(running_mean, compute), core.rsqrt(_as(running_var, compute) + eps)
+    xc, g = _as(x, compute), _as(grad, compute)
+    xhat = (xc - _channel(mean, x.ndim)) * _channel(invstd, x.ndim)
+    grad_bias = core.sum(g, axis=axes)
+    grad_weight = core.sum(g * xhat, axis=axes)
+    scale = invstd if weight is None else invstd * _as(weight, compute)
     grad_input = None
     if output_mask[0]:
         if train:
             n = x.size // x.shape[1]
-            grad_input = _channel(scale, x.ndim) * (grad - _channel(grad_bias / n, x.ndim)
+            grad_input = _channel(scale, x.ndim) * (g - _channel(grad_bias / n, x.ndim)
                                                     - xhat * _channel(grad_weight / n, x.ndim))
         else:
-            grad_input = grad * _channel(scale, x.ndim)
-    return (grad_input, grad_weight if output_mask[1] else None, grad_bias if output_mask[2] else None)
+            grad_input = g * _channel(scale, x.ndim)
+        grad_input = _as(grad_input, x.dtype)
+    return (grad_input, _as(grad_weight, stats) if output_mask[1] else None,
+            _as(grad_bias, stats) if output_mask[2] else None)
 
 
 @lower(aten._softmax_backward_data.default)
-def _softmax_backward_data(grad, output, dim, input_dtype):
+def _softmax_backward_data(grad: Array, output: Array, dim: Dims, input_dtype: torch.dtype):
     out = output * (grad - core.sum(grad * output, axis=dim, keepdims=True))
     return out.astype(_dt(input_dtype))
 
 
 @lower(aten._log_softmax_backward_data.default)
-def _log_softmax_backward_data(grad, output, dim, input_dtype):
+def _log_softmax_backward_data(grad: Array, output: Array, dim: Dims, input_dtype: torch.dtype):
     out = grad - core.exp(output) * core.sum(grad, axis=dim, keepdims=True)
     return out.astype(_dt(input_dtype))
 
 
 @lower(aten.gelu_backward.default)
-def _gelu_backward(grad, x, approximate="none"):
+def _gelu_backward(grad: Array, x: Array, approximate: str = "none"):
     if x.dtype not in _FLOATS:
         raise NotImplementedError("gelu backward of an integer tensor")
     if approximate == "tanh":
@@ -1531,11 +1586,11 @@ def _gelu_backward(grad, x, approximate="none"):
 
 
 @lower(aten.threshold_backward.default)
-def _threshold_backward(grad, x, threshold):
+def _threshold_backward(grad: Array, x: Array, threshold):
     return core.where(x <= threshold, core.array(0, dtype=grad.dtype), grad)
 
 
-def _nll_parts(x, target, weight, ignore_index):
+def _nll_parts(x: Array, target: Array, weight: Array | None, ignore_index: int):
     if x.ndim not in (1, 2) or x.dtype not in _FLOATS:
         raise NotImplementedError("nll_loss of this rank")
     x2 = x.reshape(1, -1) if x.ndim == 1 else x
@@ -1548,7 +1603,7 @@ def _nll_parts(x, target, weight, ignore_index):
 
 
 @lower(aten.nll_loss_forward.default)
-def _nll_loss_forward(x, target, weight, reduction, ignore_index):
+def _nll_loss_forward(x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int):
     x2, safe, w = _nll_parts(x, target, weight, ignore_index)
     picked = -core.take_along_axis(x2, safe.reshape(-1, 1), axis=1).reshape(-1) * w
     total = core.sum(w)
@@ -1560,7 +1615,8 @@ def _nll_loss_forward(x, target, weight, reduction, ignore_index):
 
 
 @lower(aten.nll_loss_backward.default)
-def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+def _nll_loss_backward(grad: Array, x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int,
+                       total_weight: Array):
     x2, safe, w = _nll_parts(x, target, weight, ignore_index)
     g = grad.reshape(-1) if reduction == 0 else core.broadcast_to(grad.reshape(1), w.shape)
     if reduction == 1:
@@ -1571,7 +1627,7 @@ def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_w
 
 
 @lower(aten.embedding_dense_backward.default)
-def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+def _embedding_dense_backward(grad: Array, indices: Array, num_weights, padding_idx: int, scale_grad_by_freq: bool):
     if scale_grad_by_freq:
         raise NotImplementedError("embedding backward scaled by frequency")
     d = grad.shape[-1]
@@ -1584,7 +1640,7 @@ def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_gra
 
 # -- factories (they reach MLX inside captured graphs: torch.compile(backend="mlx")) --------------------
 
-def _factory_dtype(dtype, *values):
+def _factory_dtype(dtype: torch.dtype | None, *values: Any):
     if dtype is not None:
         return _dt(dtype)
     if all(isinstance(v, (bool, int)) for v in values):
@@ -1593,7 +1649,8 @@ def _factory_dtype(dtype, *values):
 
 
 @lower(aten.arange.default, aten.arange.start, aten.arange.start_step)
-def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
+def _arange(*args: Any, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+            device: torch.device | str | None = None, pin_memory: bool | None = None):
     start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
     dt = _factory_dtype(dtype, start, end, step)
     if dt in _FLOATS:
@@ -1603,39 +1660,45 @@ def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 @lower(aten.full.default)
-def _full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+def _full(size: Sequence[int], fill_value, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+          device: torch.device | str | None = None, pin_memory: bool | None = None):
     return core.full(tuple(size), fill_value, dtype=_factory_dtype(dtype, fill_value))
 
 
 @lower(aten.zeros.default, aten.empty.memory_format)
-def _zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+def _zeros(size: Sequence[int], *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+           device: torch.device | str | None = None, pin_memory: bool | None = None,
+           memory_format: torch.memory_format | None = None):
     return core.zeros(tuple(size), dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(aten.ones.default)
-def _ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+def _ones(size: Sequence[int], *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+          device: torch.device | str | None = None, pin_memory: bool | None = None):
     return core.ones(tuple(size), dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(aten.empty_strided.default)
-def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+def _empty_strided(size: Sequence[int], stride: Ints, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+                   device: torch.device | str | None = None, pin_memory: bool | None = None):
     return core.zeros(tuple(size), dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(aten.scalar_tensor.default)
-def _scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
+def _scalar_tensor(value, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+                   device: torch.device | str | None = None, pin_memory: bool | None = None):
     return core.array(value, dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(prims.iota.default)
-def _iota(length, *, start, step, dtype, device, requires_grad):
+def _iota(length, *, start, step, dtype: torch.dtype | None, device: torch.device | str | None, requires_grad):
     return core.arange(start, start + length * step, step, dtype=_dt(dtype)) if length else core.zeros((0,), _dt(dtype))
 
 
 # -- multi-output views (in captured graphs; eager dispatch makes them aliasing views itself) ----------
 
 @lower(aten.split_with_sizes.default)
-def _split_with_sizes(a, split_sizes, dim=0):
+def _split_with_sizes(a: Array, split_sizes, dim: Dims = 0):
     dim %= a.ndim
     out, start = [], 0
     for n in split_sizes:
@@ -1645,23 +1708,23 @@ def _split_with_sizes(a, split_sizes, dim=0):
 
 
 @lower(aten.split.Tensor)
-def _split(a, split_size, dim=0):
+def _split(a: Array, split_size, dim: Dims = 0):
     n = a.shape[dim % a.ndim]
     return _split_with_sizes(a, [min(split_size, n - s) for s in range(0, n, split_size)] or [0], dim)
 
 
 @lower(aten.unbind.int)
-def _unbind(a, dim=0):
+def _unbind(a: Array, dim: Dims = 0):
     dim %= a.ndim
     return [_select(a, dim, i) for i in range(a.shape[dim])]
 
 
 @lower(aten.diagonal.default)
-def _diagonal(a, offset=0, dim1=0, dim2=1):
+def _diagonal(a: Array, offset=0, dim1=0, dim2=1):
     return core.diagonal(a, offset, dim1 % a.ndim, dim2 % a.ndim)
 
 
-def _max_pool2d_parts(x, kernel_size, stride, padding, dilation, ceil_mode):
+def _max_pool2d_parts(x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool):
     kernel, stride, padding = _pool_args(kernel_size, stride, padding)
     if any(d != 1 for d in (list(dilation) or [1])):
         raise NotImplementedError("dilated max pooling")
@@ -1681,7 +1744,8 @@ def _max_pool2d_parts(x, kernel_size, stride, padding, dilation, ceil_mode):
 
 
 @lower(aten.max_pool2d_with_indices.default)
-def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+def _max_pool2d_with_indices(x: Array, kernel_size: Ints, stride: Ints = (), padding: Ints = 0, dilation: Ints = 1,
+                             ceil_mode: bool = False):
     windows, positions = _max_pool2d_parts(x, kernel_size, stride, padding, [dilation] if isinstance(dilation, int)
                                            else dilation, ceil_mode)
     # the first maximum of each window (NaN counts as the maximum, as in torch)
@@ -1695,7 +1759,8 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
 
 
 @lower(aten.max_pool2d_with_indices_backward.default)
-def _max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+def _max_pool2d_with_indices_backward(grad: Array, x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints,
+                                      ceil_mode: bool, indices: Array):
     lead = x.shape[:-2]
     plane = x.shape[-2] * x.shape[-1]
     rows = math.prod(lead)

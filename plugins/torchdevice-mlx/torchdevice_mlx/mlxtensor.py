@@ -23,12 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._ops import OpOverload
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
+from ._mlx import Array
 from .conversion import _M2T, _compact_pending, _pending, _pending_limit, _track, array_from_torch, to_torch_dtype, torch_from_array
 from .views import _view_array
 
 
-def _dispatch_unbound(func, args: tuple, kwargs: dict):
+def _dispatch_unbound(func: OpOverload, args: tuple, kwargs: dict):
     raise RuntimeError(f"{func} reached an MLX tensor before torchdevice_mlx.dispatch was imported "
                        "(import torchdevice_mlx, which imports it)")
 
@@ -59,7 +62,7 @@ class MLXTensor(torch.Tensor):
     _root: tuple = ()
 
     @staticmethod
-    def __new__(cls, array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
+    def __new__(cls, array: Array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
                 geometry: tuple | None = None):
         try:
             dtype = _M2T[array.dtype]
@@ -107,8 +110,16 @@ class MLXTensor(torch.Tensor):
         return self._mx
 
     def torch_cpu(self) -> torch.Tensor:
-        """A host copy of this tensor's data."""
-        return torch_from_array(self.mx_array)
+        """A host copy of this tensor's data, laid out as torch's ``.cpu()`` of it would be: this tensor's own
+        strides where they are dense and non-overlapping (so a tensor torch calls contiguous is contiguous on
+        the host, whatever layout MLX computed it in: ``x.t().contiguous().cpu().view(-1)``), else contiguous."""
+        host = torch_from_array(self.mx_array)
+        stride = self.stride()
+        if host.stride() == stride or host.dim() == 0:
+            return host
+        if is_non_overlapping_and_dense_or_false(self):
+            return torch.empty_strided(host.shape, stride, dtype=host.dtype).copy_(host)
+        return host.contiguous()
 
     def __repr__(self, *, tensor_contents=None) -> str:
         # printed as torch prints a host tensor (what the program's CPU run prints), with this tensor's
@@ -126,6 +137,9 @@ class MLXTensor(torch.Tensor):
             text = torch._tensor_str._add_suffixes(text[:-1], [suffix], len("tensor("), force_newline=False)
         if isinstance(self, torch.nn.Parameter):
             return "Parameter containing:\n" + text
+        if type(self) is not MLXTensor:  # an as_subclass class: torch prints its name ("Image([...])")
+            name = type(self).__name__
+            text = name + "(" + text[len("tensor("):].replace("\n" + " " * len("tensor("), "\n" + " " * (len(name) + 1))
         return text
 
     def __format__(self, format_spec: str) -> str:
@@ -172,6 +186,23 @@ class MLXTensor(torch.Tensor):
     def item(self):
         return self.torch_cpu().item()
 
+    def as_subclass(self, cls: type) -> torch.Tensor:
+        """``self`` as an instance of ``cls``, aliasing its data and attached to autograd (torch's contract).
+
+        torch's own ``as_subclass`` wraps the alias ATen returns, which for an MLX tensor already is a Python
+        object (an MLXTensor), so it raised "already associated to a python object of type MLXTensor". Here the
+        alias is made through ATen (autograd records ``AliasBackward0``, as natively) and then given class
+        :func:`mlx_subclass` of ``cls``: ``cls`` and MLXTensor combined, so ``isinstance(out, cls)``, ``cls``'s
+        methods and ``__torch_function__`` (torchvision's ``tv_tensors``) apply and the data stays in MLX.
+        ``as_subclass(torch.Tensor)`` gives a plain MLXTensor."""
+        if not (isinstance(cls, type) and issubclass(cls, torch.Tensor)):
+            raise TypeError("Creating a Tensor subclass from a class that does not inherit from Tensor is not "
+                            "possible. Make sure your class inherits from Tensor.")
+        with torch._C.DisableTorchFunctionSubclass():
+            out = torch.ops.aten.alias.default(self)
+        out.__class__ = mlx_subclass(cls)
+        return out
+
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         # torch.compile(backend="mlx") traces its graphs with plain (fake) tensors; the gradients flowing into
         # the compiled backward at run time are MLX tensors, which its MLX function takes as they are
@@ -180,11 +211,42 @@ class MLXTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(cls, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None):
         return _dispatch(func, args, kwargs or {})
 
 
-def _new_base(array) -> MLXTensor:
+_SUBCLASSES: dict[type, type] = {}
+
+
+@classmethod  # type: ignore[misc]
+def _default_torch_function(cls: type, func: Callable[..., Any], types: tuple, args: tuple = (),
+                            kwargs: dict | None = None) -> Any:
+    """torch's default ``Tensor.__torch_function__`` (results of ``cls``), as another object: torch's tensor
+    metaclass replaces the default itself by the disabled one in any class that has a ``__torch_dispatch__``."""
+    return torch.Tensor.__torch_function__.__func__(cls, func, types, args, kwargs)  # type: ignore[attr-defined]
+
+
+def mlx_subclass(cls: type) -> type:
+    """The class an MLX tensor takes for ``as_subclass(cls)``: MLXTensor for ``torch.Tensor``, ``cls`` when it
+    already is an MLXTensor class, else ``cls`` and MLXTensor combined (``cls`` first in the MRO: its
+    ``__torch_function__`` and methods win, MLXTensor's dispatch runs the ops), made once per ``cls``.
+
+    ``cls``'s ``__torch_function__`` is the one it has natively, torch's default included (which keeps results
+    of ``cls``: ``(x.as_subclass(S) * 2)`` is an ``S``), not MLXTensor's disabled one."""
+    if cls is torch.Tensor or issubclass(cls, MLXTensor):
+        return MLXTensor if cls is torch.Tensor else cls
+    made = _SUBCLASSES.get(cls)
+    if made is None:
+        torch_function = next(k.__dict__["__torch_function__"] for k in cls.__mro__ if "__torch_function__" in k.__dict__)
+        if torch_function is torch.Tensor.__dict__["__torch_function__"]:
+            torch_function = _default_torch_function  # torch disables its own default in a class with a dispatch
+        made = _SUBCLASSES[cls] = type(cls.__name__, (cls, MLXTensor), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__torch_function__": torch_function,
+            "__doc__": f"{cls.__qualname__} whose data is an MLX array (see MLXTensor.as_subclass)."})
+    return made
+
+
+def _new_base(array: Array) -> MLXTensor:
     """``MLXTensor(array)`` without the class call (the hot path: every op's result)."""
     try:
         dtype = _M2T[array.dtype]

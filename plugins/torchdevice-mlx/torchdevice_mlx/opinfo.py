@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
@@ -78,11 +79,11 @@ def row_name(opinfo) -> str:
     return opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
 
 
-def _to_mlx(x):
+def _to_mlx(x: Any) -> Any:
     return MLXTensor.from_torch(x.detach()).requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
 
 
-def _host(x):
+def _host(x: Any) -> Any:
     return x.torch_cpu() if isinstance(x, MLXTensor) else x
 
 

@@ -15,9 +15,12 @@ matmul/convolution family, whose float32 form would cost a half-precision GPU it
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import mlx.core as core
 import torch
+
+from ._mlx import Array
 
 _HALF = (core.float16, core.bfloat16)
 _FLOATS = (core.float16, core.bfloat16, core.float32, core.float64)
@@ -41,7 +44,7 @@ OPMATH = (
 )
 
 
-def _half_of(values) -> object | None:
+def _half_of(values: Array) -> object | None:
     """The one half dtype of the floating arrays among ``values``; None if there are none, if any is
     float32/64, or if they mix float16 with bfloat16 (promotion decides those: left to the lowering)."""
     half = None
@@ -70,7 +73,7 @@ _HALF_TO_FLOAT = ("_softmax", "_log_softmax")
 
 
 def opmath(fn: Callable, *, half_to_float: bool = False) -> Callable:
-    def lowering(*args, **kwargs):
+    def lowering(*args: Any, **kwargs: Any):
         half = _half_of(args) if not kwargs else _half_of((*args, *kwargs.values()))
         if half is None or (half_to_float and (kwargs.get("half_to_float") or (len(args) > 2 and args[2]))):
             return fn(*args, **kwargs)

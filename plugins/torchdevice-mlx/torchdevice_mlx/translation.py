@@ -24,12 +24,15 @@ import functools
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.utils._device
+from torch._ops import OpOverload
 
 from .conversion import array_from_torch
+from .layout import from_host
 from .mlxtensor import MLXTensor
 
 _sources: frozenset = frozenset()
@@ -109,21 +112,21 @@ def is_source(dev: object) -> bool:
 
 class ToMLX(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         return MLXTensor(array_from_torch(x))
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         return grad.torch_cpu() if isinstance(grad, MLXTensor) else grad
 
 
 class FromMLX(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         return x.torch_cpu()
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         return ToMLX.apply(grad)
 
 
@@ -132,23 +135,23 @@ def to_mlx_tensor(t: torch.Tensor) -> torch.Tensor:
     if isinstance(t, MLXTensor) or not isinstance(t, torch.Tensor):
         return t
     if not t.requires_grad or not torch.is_grad_enabled():
-        return MLXTensor(array_from_torch(t))
+        return from_host(t)  # in t's dense layout: a channels_last tensor stays channels_last, as natively
     return ToMLX.apply(t)
 
 
-def _factory(fn, api: str):
+def _factory(fn: Callable[..., Any], api: str):
     @functools.wraps(fn)
-    def factory(*args, **kwargs):
+    def factory(*args: Any, **kwargs: Any):
         out = fn(*args, **kwargs)
         return _placed(out, api) if is_source(kwargs.get("device")) else out
     return factory
 
 
-def _device_context(inner):
+def _device_context(inner: Callable[..., Any]):
     """``DeviceContext.__torch_function__`` (``torch.set_default_device("cuda")``, ``with torch.device("cuda")``):
     a factory given no device under a translated default device gives an MLXTensor."""
     @functools.wraps(inner)
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None):
         from torchdevice import devices
 
         injected = not (kwargs or {}).get("device") and self.device is devices.host_target
@@ -159,16 +162,16 @@ def _device_context(inner):
     return __torch_function__
 
 
-def _tensor_to(inner):
+def _tensor_to(inner: Callable[..., Any]):
     @functools.wraps(inner)
-    def to(self, *args, **kwargs):
+    def to(self, *args: Any, **kwargs: Any):
         out = inner(self, *args, **kwargs)
         dev = kwargs.get("device", args[0] if args else None)
         return to_mlx_tensor(out) if is_source(dev) else out
     return to
 
 
-def _mlx_to(self, *args, **kwargs):
+def _mlx_to(self, *args: Any, **kwargs: Any):
     """``MLXTensor.to``: a dtype change stays in MLX; an explicit host device leaves it."""
     dev = kwargs.get("device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor)) else None)
     copy = kwargs.pop("copy", False)
@@ -177,22 +180,26 @@ def _mlx_to(self, *args, **kwargs):
         flags = args[1:] if not isinstance(args[1], torch.dtype) else args[2:]
         copy = copy or bool(flags[1:2] and flags[1])
         args = args[:len(args) - len(flags)] + tuple(flags[:1])
-    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
     out = self
     if dtype is not None and dtype != self.dtype:
-        out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX
+        out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX (its layout kept)
     elif copy:
         out = torch.Tensor.clone(out)  # copy=True: never the tensor itself (batch_norm's decomposition relies on it)
+    if memory_format is not None and memory_format is not torch.preserve_format \
+            and not out.is_contiguous(memory_format=memory_format):
+        out = torch.Tensor.contiguous(out, memory_format=memory_format)  # to(memory_format=torch.channels_last)
     if dev is not None and not is_source(dev) and device is not None and device.type == "cpu":
         out = FromMLX.apply(out)
     return out
 
 
-def _mlx_cpu(self, memory_format=torch.preserve_format):
+def _mlx_cpu(self, memory_format: torch.memory_format | None = torch.preserve_format):
     return FromMLX.apply(self)
 
 
-def _tensor_move(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+def _tensor_move(self, device: torch.device | str | None = None, non_blocking: bool = False,
+                 memory_format: torch.memory_format | None = torch.preserve_format):
     return to_mlx_tensor(self)
 
 
@@ -211,7 +218,7 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
         return new
 
     def new_param(param):
-        out = torch.nn.Parameter(MLXTensor(array_from_torch(param.detach())), requires_grad=param.requires_grad)
+        out = torch.nn.Parameter(from_host(param.detach()), requires_grad=param.requires_grad)
         out.__dict__.update(param.__dict__)  # attributes programs set on parameters (sharding, no-decay marks ...)
         return out
 
@@ -221,18 +228,18 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
                 mod._parameters[name] = move(param, new_param)
         for name, buf in list(mod._buffers.items()):
             if buf is not None and not isinstance(buf, MLXTensor):
-                mod._buffers[name] = move(buf, lambda b: MLXTensor(array_from_torch(b)))
+                mod._buffers[name] = move(buf, from_host)
     return module
 
 
-def _module_move(self, device=None):
+def _module_move(self, device: torch.device | str | None = None):
     return module_to_mlx(self)
 
 
-def _module_to(inner):
+def _module_to(inner: Callable[..., Any]):
     # torch's Module.to re-parses its device (a new object), so the source is recognised here
     @functools.wraps(inner)
-    def to(self, *args, **kwargs):
+    def to(self, *args: Any, **kwargs: Any):
         out = inner(self, *args, **kwargs)
         dev = kwargs.get("device", args[0] if args else None)
         return module_to_mlx(out) if is_source(dev) else out
@@ -244,9 +251,9 @@ def _module_to(inner):
 MLX_COMPILE_BACKENDS = ("mlx", "inductor")
 
 
-def _compile(inner):
+def _compile(inner: Callable[..., Any]):
     @functools.wraps(inner)
-    def compile(model=None, **kwargs):
+    def compile(model: torch.nn.Module | None = None, **kwargs: Any):
         if model is None:  # @torch.compile(backend=...) as a decorator factory
             return lambda fn: compile(fn, **kwargs)
         backend = kwargs.get("backend", "inductor")
@@ -263,7 +270,7 @@ def _compile(inner):
     return compile
 
 
-def install(patcher, target) -> None:
+def install(patcher: Any, target: Any) -> None:
     """Wrap factories and moves so source devices give MLXTensor (see the module docstring)."""
     from torchdevice import devices
 

@@ -22,9 +22,11 @@ Aliasing and strides (MLX arrays are immutable)
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+from torch._ops import OpOverload
 
 from ._mlx import mx
 from .conversion import _MX_ARRAY, _note_fallback, _track, array_from_torch, to_mx_dtype, torch_from_array
@@ -37,7 +39,7 @@ aten = torch.ops.aten
 _STRIDES: dict = {}
 
 
-def _contiguous_strides(size) -> tuple:
+def _contiguous_strides(size: Sequence[int]) -> tuple:
     hit = _STRIDES.get(size)
     if hit is None:
         strides, acc = [], 1
@@ -50,7 +52,7 @@ def _contiguous_strides(size) -> tuple:
     return hit
 
 
-def _meta_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
+def _meta_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
     """The size/stride/offset torch gives ``op`` applied to a tensor laid out as ``src`` (on the meta device:
     torch's own rules, and torch's own error when the view is impossible)."""
     base = src._base_t if src._base_t is not None else src
@@ -60,7 +62,7 @@ def _meta_geometry(op, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
     return tuple(out.shape), out.stride(), out.storage_offset()
 
 
-def _view_geometry(op, src: MLXTensor, args: tuple, kwargs: dict, kind: str | None = "") -> tuple:
+def _view_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, kind: str | None = "") -> tuple:
     """torch's size/stride/storage offset of view op ``op`` applied to ``src`` (worked out here for the
     common view ops, else by torch on the meta device). ``kind``: the op's entry in _GEOMETRY, if known."""
     size = tuple(src.shape)
@@ -246,7 +248,7 @@ def _init_views() -> None:
                      aten.unflatten.int, aten.view.default])
 
 
-def _aliases_its_input(func) -> bool:
+def _aliases_its_input(func: OpOverload) -> bool:
     """Whether ATen op ``func`` returns one tensor aliasing its first argument (a view op, per its schema)."""
     hit = _ALIASING.get(func)
     if hit is None:
@@ -260,7 +262,7 @@ def _aliases_its_input(func) -> bool:
     return hit
 
 
-def _run_lowered(op, args, kwargs):
+def _run_lowered(op: OpOverload, args: tuple, kwargs: dict):
     lowering = LOWERINGS.get(op)
     if lowering is not None:
         return lowering(*args, **kwargs)

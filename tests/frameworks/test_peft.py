@@ -1,0 +1,118 @@
+"""peft and transformers' safetensors loaders, translated: ``peft_lora.py`` (a CUDA-written LoRA
+program: train on ``cuda``, ``save_pretrained``, ``PeftModel.from_pretrained`` onto ``cuda``, and
+``from_pretrained(..., device_map="cuda")`` of a saved safetensors checkpoint) through ``torchdevice
+run``, compared with its hand port (``--device cpu``) run natively.
+
+Skipped when peft or transformers is not installed, unless ``TORCHDEVICE_FRAMEWORK_TESTS=1`` (``tox -e
+frameworks``, which installs them): then a missing one fails. The program runs on cpu (against the port),
+sim, and, loading only, mlx. No hub access: the model is built from a
+config (``HF_HUB_OFFLINE=1`` makes any attempt fail instead of waiting on the network).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import run_command, run_concurrently
+
+HERE = Path(__file__).parent
+PROGRAM = HERE / "peft_lora.py"
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+
+
+def need(module: str):
+    if os.environ.get("TORCHDEVICE_FRAMEWORK_TESTS") == "1":
+        return __import__(module)
+    return pytest.importorskip(module)
+
+
+def last_json(result) -> dict:
+    assert result.returncode == 0, str(result)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, str(result)
+    return json.loads(lines[-1])
+
+
+def translated(backend: str, *args: str):
+    return run_command([sys.executable, "-m", "torchdevice", "run", "--backend", backend, PROGRAM, *args],
+                       env=OFFLINE, timeout=300)
+
+
+def native(*args: str):
+    return run_command([sys.executable, PROGRAM, "--device", "cpu", *args], env=OFFLINE, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory):
+    need("transformers")
+    need("peft")
+    root = tmp_path_factory.mktemp("peft")
+    runs = run_concurrently({"translated": (translated, ("cpu", "--out", str(root / "translated")), {}),
+                             "native": (native, ("--out", str(root / "native")), {})})
+    return root, last_json(runs["translated"]), last_json(runs["native"])
+
+
+def test_lora_trained_saved_and_reloaded_on_cuda_translated_matches_the_cpu_port(cpu_runs):
+    _, run, port = cpu_runs
+    assert run["cuda_available"] and not port["cuda_available"]  # the program took its CUDA path
+    # transformers' from_pretrained(device_map="cuda") of the safetensors checkpoint: on the target, equal
+    assert run["base_reload_is_cuda"] and run["base_reload_equal"]
+    # PeftModel.from_pretrained onto cuda, named and inferred by peft: on the target, the trained outputs
+    assert run["lora_is_cuda"] and run["reloaded_equal"] and run["inferred_equal"]
+    assert run["inferred_devices"] == run["lora_devices"] == ["cpu"]  # the target's real device
+    # the same numbers as the port: the CPU's kernels in float32 on both sides
+    for key in ("losses", "logits", "logits_sum", "lora_sums", "adapter_files"):
+        assert run[key] == port[key], key
+    assert port["reloaded_equal"] and port["inferred_equal"]
+
+
+def test_the_adapter_saved_translated_is_the_adapter_saved_natively(cpu_runs):
+    """What the translated run wrote loads with plain safetensors, without torchdevice, and holds the
+    port's tensors; the base checkpoint too."""
+    from safetensors.torch import load_file
+
+    root, _, _ = cpu_runs
+    for name in ("adapter/adapter_model.safetensors", "base/model.safetensors"):
+        ours, theirs = load_file(root / "translated" / name), load_file(root / "native" / name)
+        assert ours.keys() == theirs.keys() and ours
+        for key in ours:
+            assert ours[key].device.type == "cpu"
+            assert ours[key].equal(theirs[key]), (name, key)
+
+
+def test_a_natively_saved_adapter_loads_onto_mlx_translated(cpu_runs):
+    """``from_pretrained(device_map="cuda")`` and ``PeftModel.from_pretrained`` (device inferred by peft)
+    onto MLX: the tensors are MLX's, the outputs the CPU port's within float32 kernel differences.
+    (Saving from MLX is not covered here.)"""
+    pytest.importorskip("torchdevice_mlx")
+    pytest.importorskip("mlx.core")
+    root, _, port = cpu_runs
+    run = last_json(translated("mlx", "--out", str(root / "native"), "--load-only"))
+    reference = last_json(native("--out", str(root / "native"), "--load-only"))
+    assert run["base_is_cuda"] and run["lora_is_cuda"]
+    assert run["logits_sum"] == pytest.approx(reference["logits_sum"], abs=1e-4)
+    flat = [x for row in run["logits"] for x in row]
+    assert flat == pytest.approx([x for row in reference["logits"] for x in row], abs=1e-5)
+    assert reference["logits_sum"] == port["logits_sum"]  # the reload is the trained model
+
+
+def test_lora_trained_saved_and_reloaded_on_sim_translated(cpu_runs, tmp_path):
+    """The same program on sim, the simulated GPU (a device type of its own: the reloaded tensors are on
+    ``sim:0``): the reloads give the trained outputs, and the numbers are the CPU port's within float32
+    kernel differences (sim's kernels are the CPU's, but torch takes other paths for a non-CPU device)."""
+    pytest.importorskip("torchdevice_sim")
+    _, _, port = cpu_runs
+    result = translated("sim", "--out", str(tmp_path / "sim"))
+    if result.returncode != 0 and "is not available" in result.stderr:
+        pytest.skip(f"sim cannot run here: {result.stderr.strip().splitlines()[-1]}")
+    run = last_json(result)
+    assert run["cuda_available"] and run["base_reload_is_cuda"] and run["base_reload_equal"]
+    assert run["lora_is_cuda"] and run["reloaded_equal"] and run["inferred_equal"]
+    assert run["lora_devices"] == run["inferred_devices"] == ["sim:0"]
+    assert run["losses"] == pytest.approx(port["losses"], abs=1e-6)
+    assert run["logits_sum"] == pytest.approx(port["logits_sum"], abs=1e-4)
+    assert list(run["lora_sums"]) == list(port["lora_sums"])
+    assert list(run["lora_sums"].values()) == pytest.approx(list(port["lora_sums"].values()), abs=1e-4)
