@@ -4,11 +4,22 @@ Tests that change the router's global state (registered plugins, ``use()``,
 ``TORCHDEVICE_*`` variables, recorded problems) take :func:`router_state`,
 which starts them from a clean, automatic selection and puts everything back
 afterwards. Tests of the CPU semantics take :func:`on_cpu`.
+
+The suite's translation tests take :func:`on_target` instead: CUDA code translated onto the suite's
+target backend, ``cpu`` unless ``TORCHDEVICE_TEST_TARGET`` names another (``sim`` in ``tox -e sim``,
+a device type of its own: indexed tensors, two devices, its own allocator, streams and generators).
+Their expectations come from the :func:`target` fixture (:class:`TargetInfo`), read from native
+torch, never from torchdevice. With a target other than cpu, only the tests that take
+:func:`on_target` run (the rest are deselected: they do not depend on the target and run with the
+cpu target), and a test marked ``cpu_only(reason=...)`` is skipped with its reason.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import spawning
@@ -19,6 +30,13 @@ import torchdevice
 from torchdevice import host, plugins, router
 
 os.environ.update(CPU_FIRST)  # the suite expects automatic selection to pick cpu (see helpers.CPU_FIRST)
+
+SUITE = Path(__file__).resolve().parent
+#: the backend the translation tests translate onto (see the module docstring)
+TARGET = os.environ.get("TORCHDEVICE_TEST_TARGET", "cpu")
+TARGETS = ("cpu", "sim")
+if TARGET not in TARGETS:
+    raise pytest.UsageError(f"TORCHDEVICE_TEST_TARGET={TARGET!r}: the suite's targets are {', '.join(TARGETS)}")
 
 ENV_VARS = ("TORCHDEVICE_BACKEND", "TORCHDEVICE_PRIORITY", "TORCHDEVICE_PLUGINS", "TORCHDEVICE_DISABLE_PLUGINS",
             "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")
@@ -80,6 +98,80 @@ def on_cpu(router_state):
     yield router_state
 
 
+@dataclass(frozen=True)
+class TargetInfo:
+    """The translation target as native torch describes it (expected values for :func:`on_target` tests).
+
+    ``device_type``: the type of its tensors; ``count``: its devices; ``indexed``: whether its tensors
+    carry a device index (a cpu tensor's device is ``cpu``, a sim tensor's ``sim:0``), which is also
+    whether it is an accelerator of its own (``torch.cuda.is_available()`` is then True whatever
+    ``report_available`` says, and ``torch.cuda``'s functions forward to its own namespace); ``module``:
+    torch's own namespace of the device type (``torch.cpu``, ``torch.sim``); ``engine``: the process-group
+    backend that runs its collectives."""
+
+    name: str
+    device_type: str
+    count: int
+    indexed: bool
+    module: Any
+    engine: str
+
+    def device(self, index: int | None = None) -> torch.device:
+        """``torch.device("cuda")`` / ``torch.device("cuda", index)`` read as the target; a tensor made for
+        ``cuda`` lands on ``device(0)`` (the current device), one made for ``cuda:1`` on ``device(1)``."""
+        if index is None or not self.indexed:
+            return torch.device(self.device_type)
+        return torch.device(self.device_type, index)
+
+    def default_generators(self) -> tuple:
+        """The generators a translated ``torch.cuda.default_generators`` must be: the target's own per
+        device (the cpu target has one, torch's default generator)."""
+        if self.name == "cpu":
+            return (torch.default_generator,)
+        return tuple(self.module.default_generators)
+
+    def synchronize(self) -> None:
+        if self.name != "cpu":
+            for index in range(self.count):
+                self.module.synchronize(index)
+
+
+def _load_target() -> TargetInfo:
+    if TARGET == "cpu":
+        return TargetInfo("cpu", "cpu", 1, False, torch.cpu, "gloo")
+    from torchdevice_sim.backend import SimBackend
+
+    availability = SimBackend().availability()
+    if not availability.available:  # asked for by name: a run that translated onto nothing would pass
+        pytest.fail(f"TORCHDEVICE_TEST_TARGET=sim, but sim is unavailable here: {availability.reason}")
+    import torchdevice_sim
+    from torchdevice_sim import distributed
+
+    module = torchdevice_sim.load()
+    return TargetInfo("sim", "sim", module.device_count(), True, module, distributed.NAME)
+
+
+@pytest.fixture(scope="session")
+def target() -> TargetInfo:
+    """The suite's translation target (``TORCHDEVICE_TEST_TARGET``): what its tensors, devices and
+    generators are natively."""
+    return _load_target()
+
+
+@pytest.fixture
+def on_target(router_state, target):
+    """CUDA code's translation target, asked for by name: the cpu backend, or the one
+    ``TORCHDEVICE_TEST_TARGET`` names (every device idle before and after the test, device 0 current)."""
+    target.synchronize()
+    torchdevice.use(target.name)
+    try:
+        yield router_state
+    finally:
+        target.synchronize()
+        if target.name != "cpu":
+            target.module.set_device(0)
+
+
 @pytest.fixture
 def restore_rng():
     state = torch.get_rng_state()
@@ -113,6 +205,9 @@ def clock(monkeypatch):
 
 def pytest_configure(config):
     config.addinivalue_line(
+        "markers", "cpu_only(reason): a translation test whose expectations hold on the cpu target only; "
+                   "skipped, with the reason, when TORCHDEVICE_TEST_TARGET names another")
+    config.addinivalue_line(
         "markers", "subprocess: the test starts a process (marked automatically from its code, tests/spawning.py); "
                    "tox -e fast deselects these")
 
@@ -124,6 +219,33 @@ def pytest_collection_modifyitems(config, items):
         why = finder.why_item(item)
         if why is not None and item.get_closest_marker("subprocess") is None:
             item.add_marker(pytest.mark.subprocess(reason=" -> ".join(why)))
+    for item in items:
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None and not (marker.kwargs.get("reason") or marker.args):
+            raise pytest.UsageError(f"{item.nodeid}: cpu_only needs a reason")
+    if TARGET != "cpu":
+        _only_the_targets_tests(config, items)
+
+
+def _only_the_targets_tests(config, items) -> None:
+    """With a target other than cpu: the tests that translate onto it (they take ``on_target``), those
+    marked ``cpu_only`` skipped with their reason; every other core test deselected."""
+    kept, deselected = [], []
+    for item in items:
+        if not item.path.is_relative_to(SUITE):  # the plugins' own tests, collected in the same run
+            kept.append(item)
+            continue
+        if "on_target" not in getattr(item, "fixturenames", ()):
+            deselected.append(item)
+            continue
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None:
+            reason = marker.kwargs.get("reason") or marker.args[0]
+            item.add_marker(pytest.mark.skip(reason=f"cpu target only: {reason}"))
+        kept.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_collection_finish(session):

@@ -1,4 +1,6 @@
-"""AMP under translation: autocast and GradScaler written for CUDA run real mixed precision on CPU."""
+"""AMP under translation: autocast and GradScaler written for CUDA run real mixed precision on the target
+(the CPU's autocast in bfloat16 on the cpu backend; a device type's own autocast, in its default dtype, on
+sim), compared with the same code written natively for the target."""
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +16,7 @@ from torchdevice import amp, trace, translate
 
 
 @pytest.fixture
-def patched(on_cpu):
+def patched(on_target):
     translate.unpatch()
     translate.patch()
     try:
@@ -33,7 +35,9 @@ def native():
         translate.patch()
 
 
-def _model_and_data(seed=0):
+def _model_and_data(seed=0, device="cuda"):
+    """A model and data drawn on the host, then moved to ``device`` (``cuda`` in translated code, the
+    target's device in native code)."""
     g = torch.Generator().manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     with torch.no_grad():
@@ -41,11 +45,20 @@ def _model_and_data(seed=0):
             p.copy_(torch.randn(p.shape, generator=g) * 0.3)
     x = torch.randn(8, 16, generator=g)
     y = torch.randn(8, 4, generator=g)
-    return model, x, y
+    return model.to(device), x.to(device), y.to(device)
 
 
-def _train(device_type, scaler_factory, autocast_factory, steps=3):
-    model, x, y = _model_and_data()
+def _implicit_dtype(target) -> torch.dtype:
+    """The dtype the target's own autocast uses when none is given, as torch alone reports it (the CPU's
+    bfloat16; float16 for sim, as for CUDA)."""
+    if not translate.is_patched():
+        return torch.get_autocast_dtype(target.device_type)
+    with native():
+        return torch.get_autocast_dtype(target.device_type)
+
+
+def _train(device, scaler_factory, autocast_factory, steps=3):
+    model, x, y = _model_and_data(device=device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = scaler_factory()
     losses = []
@@ -58,52 +71,54 @@ def _train(device_type, scaler_factory, autocast_factory, steps=3):
         scaler.step(opt)
         scaler.update()
         losses.append(loss.item())
-    return losses, [p.detach().clone() for p in model.parameters()], scaler
+    return losses, [p.detach().cpu() for p in model.parameters()], scaler
 
 
-def test_autocast_cuda_runs_bf16_on_cpu(patched):
+def test_autocast_cuda_runs_the_targets_autocast(patched, target):
     model, x, _ = _model_and_data()
+    implicit = _implicit_dtype(target)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with torch.autocast("cuda"):
             out = model(x)
             assert torch.is_autocast_enabled("cuda")
             assert torch.is_autocast_enabled()  # the legacy no-argument form means CUDA
-            assert torch.get_autocast_dtype("cuda") is torch.bfloat16
-        with native(), torch.autocast("cpu", dtype=torch.bfloat16):
+            assert torch.get_autocast_dtype("cuda") is implicit
+        with native(), torch.autocast(target.device_type, dtype=implicit):
             ref = model(x)
-    assert out.dtype is torch.bfloat16
-    assert torch.equal(out, ref)
+    assert out.dtype is implicit and out.device == ref.device == target.device(0)
+    assert torch.equal(out.cpu(), ref.cpu())
     assert not torch.is_autocast_enabled("cuda")
 
 
-def test_all_spellings_translate(patched):
+def test_all_spellings_translate(patched, target):
     model, x, _ = _model_and_data()
+    implicit = _implicit_dtype(target)
     with torch.amp.autocast("cuda"):
-        assert model(x).dtype is torch.bfloat16
+        assert model(x).dtype is implicit
     with torch.amp.autocast(device_type="cuda", enabled=True):
-        assert model(x).dtype is torch.bfloat16
+        assert model(x).dtype is implicit
     with pytest.warns(FutureWarning, match="torch.cuda.amp.autocast"):  # torch says so on CUDA too
         ctx = torch.cuda.amp.autocast()
     with ctx:
-        assert model(x).dtype is torch.bfloat16
+        assert model(x).dtype is implicit
 
     @torch.autocast("cuda")
     def forward(inp):
         return model(inp)
 
-    assert forward(x).dtype is torch.bfloat16
+    assert forward(x).dtype is implicit
     with torch.autocast("mps"), torch.autocast("xpu"):  # code written for other accelerators too
-        assert model(x).dtype is torch.bfloat16
+        assert model(x).dtype is implicit
 
 
-def test_explicit_dtype_is_honoured(patched):
+def test_explicit_dtype_is_honoured(patched, target):
     model, x, _ = _model_and_data()
     with torch.autocast("cuda", dtype=torch.float16):
         out = model(x)
-    with native(), torch.autocast("cpu", dtype=torch.float16):
+    with native(), torch.autocast(target.device_type, dtype=torch.float16):
         ref = model(x)
-    assert out.dtype is torch.float16 and torch.equal(out, ref)
+    assert out.dtype is torch.float16 and torch.equal(out.cpu(), ref.cpu())
     with pytest.warns(FutureWarning):
         ctx = torch.cuda.amp.autocast(dtype=torch.float16)
     with ctx:
@@ -112,10 +127,10 @@ def test_explicit_dtype_is_honoured(patched):
         assert model(x).dtype is torch.float32
 
 
-def test_float32_autocast_is_silent_and_computes_in_float32(on_cpu):
+def test_float32_autocast_is_silent_and_computes_in_float32(on_target, target):
     """CUDA accepts autocast(dtype=float32) silently; CPU autocast warns and disables itself."""
     translate.unpatch()
-    model, x, _ = _model_and_data()
+    model, x, _ = _model_and_data(device=target.device(0))
     native = model(x)  # float32, computed without torchdevice
     with translate.patched(), warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -124,10 +139,11 @@ def test_float32_autocast_is_silent_and_computes_in_float32(on_cpu):
                      lambda: torch.cuda.amp.autocast(dtype=torch.float32)):
             with make():
                 out = model(x)
-            assert out.dtype is torch.float32 and torch.equal(out, native)
+            assert out.dtype is torch.float32 and torch.equal(out.cpu(), native.cpu())
 
 
-def test_env_overrides_implicit_dtype(on_cpu, monkeypatch):
+def test_env_overrides_implicit_dtype(on_target, target, monkeypatch):
+    implicit = _implicit_dtype(target)
     monkeypatch.setenv(amp.ENV_AMP_DTYPE, "float16")
     translate.unpatch()
     with translate.patched():
@@ -140,23 +156,25 @@ def test_env_overrides_implicit_dtype(on_cpu, monkeypatch):
     with pytest.warns(RuntimeWarning, match="TORCHDEVICE_AMP_DTYPE='int8' is not valid"):
         translate.patch()  # a bad AMP dtype affects AMP only: translation is on, default dtype
     try:
-        assert translate.is_patched() and torch.zeros(1, device="cuda").device.type == "cpu"
+        assert translate.is_patched() and torch.zeros(1, device="cuda").device == target.device(0)
         model, x, _ = _model_and_data()
         with torch.autocast("cuda"):
-            assert model(x).dtype is torch.bfloat16  # the CPU target's implicit dtype
+            assert model(x).dtype is implicit  # the target's implicit dtype
     finally:
         translate.unpatch()
 
 
-def test_gradscaler_really_scales_and_matches_cpu(patched):
+def test_gradscaler_really_scales_and_matches_native_code(patched, target):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         losses, params, scaler = _train(
             "cuda", lambda: torch.amp.GradScaler("cuda"), lambda: torch.autocast("cuda"))
-    assert scaler.is_enabled() and scaler.get_scale() == 2.0**16
+    implicit, kind = _implicit_dtype(target), target.device_type
     with native():
-        ref_losses, ref_params, _ = _train(
-            "cpu", lambda: torch.amp.GradScaler("cpu"), lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+        ref_losses, ref_params, ref_scaler = _train(
+            target.device(0), lambda: torch.amp.GradScaler(kind), lambda: torch.autocast(kind, dtype=implicit))
+    # scaled from 2**16, backed off as natively (float16 gradients overflow there at first; bfloat16's do not)
+    assert scaler.is_enabled() and scaler.get_scale() == ref_scaler.get_scale() <= 2.0**16
     assert losses == ref_losses
     assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
     with pytest.warns(FutureWarning, match="torch.cuda.amp.GradScaler"):
@@ -170,20 +188,21 @@ def test_gradscaler_skips_step_on_inf_and_backs_off(patched):
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cuda", init_scale=8.0)
-    before = [p.detach().clone() for p in model.parameters()]
-    loss = model(torch.tensor([[float("inf"), 1.0]])).sum()
+    model.cuda()
+    before = [p.detach().cpu() for p in model.parameters()]
+    loss = model(torch.tensor([[float("inf"), 1.0]], device="cuda")).sum()
     scaler.scale(loss).backward()
     scaler.step(opt)
     scaler.update()
     assert scaler.get_scale() == 4.0  # backoff_factor 0.5
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b.detach().cpu()) for a, b in zip(before, model.parameters()))
 
 
 def test_scaler_state_and_pickle(patched):
     scaler = torch.amp.GradScaler("cuda", init_scale=512.0)
-    model = torch.nn.Linear(2, 1)
+    model = torch.nn.Linear(2, 1).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    scaler.scale(model(torch.ones(1, 2, device="cuda")).sum()).backward()
     scaler.step(opt)
     scaler.update()
     state = scaler.state_dict()
@@ -193,20 +212,21 @@ def test_scaler_state_and_pickle(patched):
     assert isinstance(torch.autocast("cuda"), torch.amp.autocast_mode.autocast)
 
 
-def test_state_queries_and_setters(patched):
+def test_state_queries_and_setters(patched, target):
+    kind = target.device_type
     torch.set_autocast_enabled("cuda", True)
     try:
-        assert torch.is_autocast_enabled("cpu") and torch.is_autocast_enabled("cuda")
+        assert torch.is_autocast_enabled(kind) and torch.is_autocast_enabled("cuda")
     finally:
         torch.set_autocast_enabled("cuda", False)
-    assert not torch.is_autocast_enabled("cpu")
-    old = torch.get_autocast_dtype("cpu")
+    assert not torch.is_autocast_enabled(kind)
+    old = torch.get_autocast_dtype(kind)
     torch.set_autocast_dtype("cuda", torch.float16)
     try:
-        assert torch.get_autocast_dtype("cpu") is torch.float16
+        assert torch.get_autocast_dtype(kind) is torch.float16
         assert torch.get_autocast_gpu_dtype() is torch.float16
     finally:
-        torch.set_autocast_dtype("cpu", old)
+        torch.set_autocast_dtype(kind, old)
     assert torch.amp.is_autocast_available("cuda")
     assert torch.is_autocast_enabled("cpu") is False  # untranslated types pass through
 
@@ -224,7 +244,7 @@ def test_custom_fwd_casts_on_target(patched):
         def backward(ctx, grad):
             return grad * 2
 
-    x = torch.ones(3, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.ones(3, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     with torch.autocast("cuda"):
         y = Double.apply(x)
     assert y.dtype is torch.float32  # cast_inputs applied: autocast was on for the target
@@ -232,7 +252,7 @@ def test_custom_fwd_casts_on_target(patched):
     assert x.grad is not None
 
 
-def test_unpatch_restores_identity_and_behaviour(on_cpu):
+def test_unpatch_restores_identity_and_behaviour(on_target):
     translate.unpatch()
     names = [n for n in dir(torch) if "autocast" in n]
     before = {n: getattr(torch, n) for n in names}
@@ -278,8 +298,8 @@ def test_translated_calls_are_traced(patched):
     assert site.startswith(__file__) or site.rsplit(":", 1)[0].endswith("test_amp.py")
 
 
-def test_status_for_describes_every_patched_api(patched):
+def test_status_for_describes_every_patched_api(patched, target):
     status = amp.status_for(translate.target())
     assert status["torch.autocast"][0] == torchdevice.Status.TRANSLATED
-    assert "bfloat16" in status["torch.autocast"][1]
+    assert str(_implicit_dtype(target)).removeprefix("torch.") in status["torch.autocast"][1]
     assert status["torch.cuda.amp.GradScaler"][0] == torchdevice.Status.TRANSLATED

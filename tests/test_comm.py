@@ -1,8 +1,8 @@
 """torch.cuda.comm on the active backend (torchdevice.comm), against hand-computed results.
 
 Runs in this process with translation on (``torch.cuda.comm`` is then
-torchdevice's), on the built-in CPU backend and on a 2-device fake backend
-over the CPU operations. The CUDA aliasing rule for backends with device
+torchdevice's), on the suite's target (the built-in CPU backend; sim in
+``tox -e sim``) and on a 2-device fake backend over the CPU operations. The CUDA aliasing rule for backends with device
 memory is checked on ``meta`` tensors.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ _Device = type(torch.empty(0).device)
 
 
 @pytest.fixture
-def comm(on_cpu):
-    """torch.cuda.comm while translating to the CPU backend."""
+def comm(on_target):
+    """torch.cuda.comm while translating to the suite's target."""
     with torchdevice.patched():
         import torch.cuda.comm as cuda_comm
 
@@ -47,26 +47,30 @@ def _shares_storage(a, b) -> bool:
 # -- broadcast --------------------------------------------------------------------------------
 
 
-def test_broadcast_gives_independent_copies_on_each_listed_device(comm):
+def test_broadcast_gives_independent_copies_on_each_listed_device(comm, target):
     t = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device="cuda")
     out = comm.broadcast(t, [0, "cuda:0", torch.device("cuda", 0)])
     assert isinstance(out, list) and len(out) == 3
     for o in out:
-        assert torch.equal(o, torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+        assert torch.equal(o.cpu(), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
         assert o.device == t.device and o.dtype == t.dtype
-        assert not _shares_storage(o, t)
-    out[0].add_(10)
-    assert t[0, 0].item() == 1.0 and out[1][0, 0].item() == 1.0
+        if target.indexed:  # a device of its own: CUDA's rule, the input itself for the input's device
+            assert o is t
+        else:  # a host target: a copy per entry
+            assert not _shares_storage(o, t)
+    if not target.indexed:
+        out[0].add_(10)
+        assert t[0, 0].item() == 1.0 and out[1][0, 0].item() == 1.0
 
 
 def test_broadcast_into_out(comm):
-    t = torch.arange(3.0)
+    t = torch.arange(3.0, device="cuda")
     a, b = torch.zeros(3, device="cuda"), torch.zeros(3, device="cuda")
     result = comm.broadcast(t, out=[a, b])
     assert result[0] is a and result[1] is b
     assert a.tolist() == [0.0, 1.0, 2.0] == b.tolist()
     with pytest.raises(RuntimeError, match="same shape"):
-        comm.broadcast(t, out=[torch.zeros(4)])
+        comm.broadcast(t, out=[torch.zeros(4, device="cuda")])
 
 
 def test_broadcast_needs_exactly_one_of_devices_and_out(comm):
@@ -76,10 +80,13 @@ def test_broadcast_needs_exactly_one_of_devices_and_out(comm):
         comm.broadcast(torch.ones(1), [0], out=[torch.ones(1)])
 
 
-@pytest.mark.parametrize("device", [1, "cuda:1", _Device("cuda", 1), 7])
-def test_a_device_that_does_not_exist_raises_cudas_error_class(comm, device):
+@pytest.mark.parametrize("device", ["missing", "cuda:missing", "device missing", 7])
+def test_a_device_that_does_not_exist_raises_cudas_error_class(comm, target, device):
+    missing = target.count  # one past the target's last device
+    device = {"missing": missing, "cuda:missing": f"cuda:{missing}", "device missing": _Device("cuda", missing)}.get(
+        device, device)
     with pytest.raises(torchdevice.InvalidDeviceError) as info:
-        comm.broadcast(torch.ones(2), [0, device])
+        comm.broadcast(torch.ones(2, device="cuda"), [0, device])
     assert isinstance(info.value, torch.AcceleratorError)
     assert "invalid device ordinal" in str(info.value)
 
@@ -92,9 +99,9 @@ def test_device_without_index_is_refused_where_torch_refuses_it(comm):
 
 
 def test_broadcast_of_complex_gives_real_views_as_torch_does(comm):
-    z = torch.tensor([1 + 2j, 3 - 4j])
+    z = torch.tensor([1 + 2j, 3 - 4j], device="cuda")
     (out,) = comm.broadcast(z, [0])
-    assert torch.equal(out, torch.view_as_real(z))
+    assert torch.equal(out.cpu(), torch.view_as_real(z.cpu()))
 
 
 def test_broadcast_to_two_devices(two_devices):
@@ -106,9 +113,9 @@ def test_broadcast_to_two_devices(two_devices):
 
 
 def test_broadcast_coalesced_keeps_inputs_as_first_row(comm):
-    a = torch.tensor([1.0, 2.0])
-    b = torch.tensor([[3, 4], [5, 6]], dtype=torch.int64)
-    c = torch.tensor([7.0])
+    a = torch.tensor([1.0, 2.0], device="cuda")
+    b = torch.tensor([[3, 4], [5, 6]], dtype=torch.int64, device="cuda")
+    c = torch.tensor([7.0], device="cuda")
     rows = comm.broadcast_coalesced([a, b, c], [0, 0, 0], buffer_size=8)
     assert isinstance(rows, list) and len(rows) == 3
     assert rows[0][0] is a and rows[0][1] is b and rows[0][2] is c
@@ -134,20 +141,20 @@ def test_reduce_add_sums_element_wise(comm):
 
 
 def test_reduce_add_of_one_input_is_that_input(comm):
-    a = torch.ones(2)
+    a = torch.ones(2, device="cuda")
     assert comm.reduce_add([a]) is a
 
 
-def test_reduce_add_checks_sizes_and_destination(comm):
+def test_reduce_add_checks_sizes_and_destination(comm, target):
     with pytest.raises(ValueError, match="invalid size"):
-        comm.reduce_add([torch.ones(2), torch.ones(3)])
+        comm.reduce_add([torch.ones(2, device="cuda"), torch.ones(3, device="cuda")])
     with pytest.raises(torchdevice.InvalidDeviceError):
-        comm.reduce_add([torch.ones(2), torch.ones(2)], destination=1)
+        comm.reduce_add([torch.ones(2, device="cuda"), torch.ones(2, device="cuda")], destination=target.count)
 
 
 def test_reduce_add_coalesced(comm):
-    dev0 = [torch.tensor([1.0, 2.0]), torch.tensor([[1, 1]], dtype=torch.int32)]
-    dev1 = [torch.tensor([3.0, 4.0]), torch.tensor([[2, 5]], dtype=torch.int32)]
+    dev0 = [torch.tensor([1.0, 2.0], device="cuda"), torch.tensor([[1, 1]], dtype=torch.int32, device="cuda")]
+    dev1 = [torch.tensor([3.0, 4.0], device="cuda"), torch.tensor([[2, 5]], dtype=torch.int32, device="cuda")]
     result = comm.reduce_add_coalesced([dev0, dev1], buffer_size=4)
     assert isinstance(result, tuple)
     assert result[0].tolist() == [4.0, 6.0]
@@ -157,22 +164,25 @@ def test_reduce_add_coalesced(comm):
 # -- scatter / gather -------------------------------------------------------------------------------
 
 
-def test_scatter_splits_into_copies(comm):
-    t = torch.arange(12.0).view(6, 2)
+def test_scatter_splits_into_copies(comm, target):
+    t = torch.arange(12.0, device="cuda").view(6, 2)
     parts = comm.scatter(t, [0, 0, 0])
     assert isinstance(parts, tuple)
     assert [p.tolist() for p in parts] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [10, 11]]]
-    assert not any(_shares_storage(p, t) for p in parts)
+    if target.indexed:  # CUDA's rule on the input's own device: views of the input
+        assert all(p._base is t._base for p in parts)
+    else:
+        assert not any(_shares_storage(p, t) for p in parts)
 
 
 def test_scatter_chunk_sizes_dim_and_short_tensor(comm):
-    t = torch.arange(12.0).view(6, 2)
+    t = torch.arange(12.0, device="cuda").view(6, 2)
     a, b = comm.scatter(t, [0, "cuda:0"], chunk_sizes=[1, 5])
     assert a.tolist() == [[0.0, 1.0]] and b.shape == (5, 2)
     left, right = comm.scatter(t, [0, 0], dim=1)
     assert left.view(-1).tolist() == [0, 2, 4, 6, 8, 10] and right.view(-1).tolist() == [1, 3, 5, 7, 9, 11]
     # like CUDA: Tensor.chunk may give fewer chunks than devices
-    assert len(comm.scatter(torch.arange(2.0), [0, 0, 0])) == 2
+    assert len(comm.scatter(torch.arange(2.0, device="cuda"), [0, 0, 0])) == 2
     with pytest.raises(RuntimeError, match="sum up"):
         comm.scatter(t, [0, 0], chunk_sizes=[1, 1])
     with pytest.raises(RuntimeError, match="same length"):
@@ -180,12 +190,12 @@ def test_scatter_chunk_sizes_dim_and_short_tensor(comm):
 
 
 def test_scatter_into_out(comm):
-    t = torch.arange(6.0)
+    t = torch.arange(6.0, device="cuda")
     a, b = torch.empty(2, device="cuda"), torch.empty(4, device="cuda")
     result = comm.scatter(t, out=[a, b])
     assert result == (a, b) and a.tolist() == [0.0, 1.0] and b.tolist() == [2.0, 3.0, 4.0, 5.0]
     with pytest.raises(RuntimeError, match="does not match"):
-        comm.scatter(t, out=[torch.empty(2)])
+        comm.scatter(t, out=[torch.empty(2, device="cuda")])
     with pytest.raises(RuntimeError, match="must not be specified"):
         comm.scatter(t, [0], out=[a])
 
@@ -211,10 +221,10 @@ def test_gather_concatenates(comm):
     assert comm.gather([a, b], destination="cpu").device.type == "cpu"
     with pytest.warns(FutureWarning, match="-1"):
         assert comm.gather([a, b], destination=-1).shape == (3, 2)
-    out = torch.empty(3, 2)
+    out = torch.empty(3, 2, device="cuda")
     assert comm.gather([a, b], out=out) is out and out.tolist() == [[1, 2], [3, 4], [5, 6]]
     with pytest.raises(RuntimeError, match="invalid shape"):
-        comm.gather([a, torch.ones(1, 3)])
+        comm.gather([a, torch.ones(1, 3, device="cuda")])
     with pytest.raises(RuntimeError, match="must not be specified"):
         comm.gather([a], destination=0, out=out)
 

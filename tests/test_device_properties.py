@@ -33,7 +33,7 @@ def _torchs_cuda_property_fields() -> dict[str, type]:
 
 
 @pytest.fixture
-def translated(on_cpu):
+def translated(on_target):
     translate.patch()
     yield
     translate.unpatch()
@@ -49,6 +49,8 @@ def test_every_field_torch_declares_is_there_with_its_type(translated):
     assert props is torch.cuda.get_device_properties("cuda:0")
 
 
+@pytest.mark.cpu_only(reason="the cpu backend describes the host; sim's properties are its own "
+                             "(plugins/torchdevice-sim/tests/test_sim_translation.py::test_properties_are_sims)")
 def test_the_cpu_answers_are_what_the_os_says(translated):
     props = torch.cuda.get_device_properties(0)
     assert props.multi_processor_count == len(os.sched_getaffinity(0))  # usable cores, not all cores

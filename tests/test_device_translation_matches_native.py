@@ -38,7 +38,7 @@ TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 @pytest.fixture
-def translated(on_cpu):
+def translated(on_target):
     with torchdevice.patched():
         yield
 
@@ -115,7 +115,7 @@ def test_a_torch_function_called_from_user_code_sees_the_real_is_cuda(translated
 
 
 @pytest.mark.parametrize("before", ["nothing", "another reducer"])
-def test_unpatch_leaves_copyregs_table_as_it_found_it(on_cpu, before):
+def test_unpatch_leaves_copyregs_table_as_it_found_it(on_target, target, before):
     translate.unpatch()
     saved = dict(copyreg.dispatch_table)
 
@@ -128,7 +128,7 @@ def test_unpatch_leaves_copyregs_table_as_it_found_it(on_cpu, before):
             copyreg.pickle(RealDevice, someone_elses)
         table = dict(copyreg.dispatch_table)
         with torchdevice.patched():
-            assert pickle.loads(pickle.dumps(torch.device("cuda"))) == RealDevice("cpu")
+            assert pickle.loads(pickle.dumps(torch.device("cuda"))) == target.device()
         assert dict(copyreg.dispatch_table) == table
         if before != "nothing":
             assert copyreg.dispatch_table[RealDevice] is someone_elses
@@ -142,17 +142,17 @@ def test_unpatch_leaves_copyregs_table_as_it_found_it(on_cpu, before):
 # -- what native torch rejects stays rejected ------------------------------------------------------
 
 
-def test_generator_rejects_extra_arguments_as_torchs_does(on_cpu):
+def test_generator_rejects_extra_arguments_as_torchs_does(on_target, target):
     translate.unpatch()
     native = [_error(lambda: RealGenerator("cpu", 1)), _error(lambda: RealGenerator(device="cpu", seed=1))]
     assert native == [TypeError, TypeError]
     with torchdevice.patched():
         assert [_error(lambda: torch.Generator("cuda", 1)),
                 _error(lambda: torch.Generator(device="cuda", seed=1))] == native
-        assert torch.Generator(device="cuda").device == RealDevice("cpu")
+        assert torch.Generator(device="cuda").device == target.device(0)
 
 
-def test_a_bool_is_no_device_for_cuda_moves(on_cpu):
+def test_a_bool_is_no_device_for_cuda_moves(on_target):
     translate.unpatch()
     # torch's argument parser takes an int as a device, never a bool (True is no ordinal)
     assert _error(lambda: torch.ones(1).new_zeros(1, device=True)) is TypeError
@@ -191,7 +191,7 @@ def _failure(call) -> tuple[type, str] | None:
 
 
 @pytest.mark.parametrize("value", [0, None])
-def test_load_with_a_table_value_torch_rejects_fails_as_natively(on_cpu, value):
+def test_load_with_a_table_value_torch_rejects_fails_as_natively(on_target, value):
     translate.unpatch()
     buffer = io.BytesIO()
     torch.save(torch.arange(3.0), buffer)
@@ -228,11 +228,11 @@ def test_unpatch_succeeds_when_the_program_dropped_the_device_pickler(on_cpu):
 # -- a factory missing from this torch is skipped ------------------------------------------------
 
 
-def test_a_factory_missing_from_this_torch_is_skipped(on_cpu, monkeypatch):
+def test_a_factory_missing_from_this_torch_is_skipped(on_target, target, monkeypatch):
     translate.unpatch()
     # devices.FACTORIES lists factories of several torch versions; patch only those present
     monkeypatch.delattr(torch, "empty_quantized")
     with torchdevice.patched():
         assert not hasattr(torch, "empty_quantized")
-        assert torch.zeros(1, device="cuda").device == RealDevice("cpu")
+        assert torch.zeros(1, device="cuda").device == target.device(0)
     assert not hasattr(torch, "empty_quantized")

@@ -1,4 +1,5 @@
-"""Device translation (torchdevice.devices) on the CPU backend, compared with native CPU runs."""
+"""Device translation (torchdevice.devices) onto the suite's target (the CPU backend; sim in ``tox -e sim``),
+compared with native runs of the same code written for the target."""
 from __future__ import annotations
 
 import copy
@@ -19,14 +20,12 @@ RealGenerator = torch.Generator
 
 
 @pytest.fixture
-def translated():
-    torchdevice.use("cpu")
+def translated(on_target):
     torchdevice.patch()
     try:
         yield
     finally:
         torchdevice.unpatch()
-        torchdevice.use(None)
 
 
 def snapshot():
@@ -64,10 +63,10 @@ def test_patched_context_manager_restores():
     assert torch.device is RealDevice
 
 
-def test_device_strings_and_objects_map_to_the_target(translated):
+def test_device_strings_and_objects_map_to_the_target(translated, target):
     x = torch.ones(3, device="cuda")
-    assert x.device == RealDevice("cpu")
-    assert torch.device("cuda") == x.device
+    assert x.device == target.device(0)
+    assert torch.device("cuda") == target.device()  # no index, as torch.device("cuda") has none
     assert torch.device("cuda:0") == x.device
     assert torch.device("cuda", 0) == x.device
     assert torch.device(type="cuda", index=0) == x.device
@@ -78,12 +77,13 @@ def test_device_strings_and_objects_map_to_the_target(translated):
     assert torch.device("cpu") == RealDevice("cpu")
 
 
-def test_index_beyond_device_count_raises_like_cuda(translated):
-    for bad in ("cuda:1", ("cuda", 3)):
+def test_index_beyond_device_count_raises_like_cuda(translated, target):
+    missing = target.count  # one past the target's last device
+    for bad in (f"cuda:{missing}", ("cuda", missing + 2)):
         with pytest.raises(torch.AcceleratorError, match="invalid device ordinal"):
             torch.device(*bad) if isinstance(bad, tuple) else torch.device(bad)
-    with pytest.raises(InvalidDeviceError, match="1"):
-        torch.zeros(2, device="cuda:1")
+    with pytest.raises(InvalidDeviceError, match=str(missing)):
+        torch.zeros(2, device=f"cuda:{missing}")
     with pytest.raises(RuntimeError):
         torch.randn(2).to("cuda:7")
 
@@ -114,7 +114,7 @@ def test_pickled_device_loads_natively_after_unpatch():
     assert pickle.loads(blob) == {"d": RealDevice("cpu"), "c": RealDevice("cpu")}
 
 
-def test_factories_like_and_new_match_native(translated):
+def test_factories_like_and_new_match_native(translated, target):
     torch.manual_seed(0)
     got = [
         torch.randn(4, device="cuda"), torch.rand(2, 3, device="cuda"),
@@ -129,20 +129,22 @@ def test_factories_like_and_new_match_native(translated):
             base.new_tensor([5.0], device="cuda")]
     torchdevice.unpatch()
     torch.manual_seed(0)
+    d = target.device(0)  # the same code written for the target
     want = [
-        torch.randn(4), torch.rand(2, 3), torch.randint(0, 10, (5,)), torch.arange(5),
-        torch.full((2,), 3.0), torch.eye(3), torch.linspace(0, 1, 5), torch.tensor([1, 2]),
-        torch.as_tensor([1.0]), torch.randperm(6),
-        torch.zeros_like(base), torch.randn_like(base), base.new_zeros(3), base.new_full((2,), 7.0),
-        base.new_tensor([5.0]),
+        torch.randn(4, device=d), torch.rand(2, 3, device=d), torch.randint(0, 10, (5,), device=d),
+        torch.arange(5, device=d), torch.full((2,), 3.0, device=d), torch.eye(3, device=d),
+        torch.linspace(0, 1, 5, device=d), torch.tensor([1, 2], device=d), torch.as_tensor([1.0], device=d),
+        torch.randperm(6, device=d),
+        torch.zeros_like(base, device=d), torch.randn_like(base, device=d), base.new_zeros(3, device=d),
+        base.new_full((2,), 7.0, device=d), base.new_tensor([5.0], device=d),
     ]
     for g, w in zip(got, want):
         assert g.device == w.device
-        assert torch.equal(g, w)
+        assert torch.equal(g.cpu(), w.cpu())
 
 
 def test_tensor_and_module_moves(translated):
-    t = torch.randn(3)
+    t = torch.randn(3, device="cuda")
     assert t.cuda() is t  # already on the target: .cuda() returns self, as on CUDA
     assert t.to("cuda", torch.float64).dtype == torch.float64
     assert t.to(device="cuda:0").device == t.device
@@ -158,20 +160,21 @@ def test_tensor_and_module_moves(translated):
     assert next(m2.parameters()).device == t.device
 
 
-def test_generator_default_device_and_context(translated):
+def test_generator_default_device_and_context(translated, target):
     g = torch.Generator(device="cuda")
-    assert isinstance(g, torch.Generator) and g.device == RealDevice("cpu")
+    assert isinstance(g, torch.Generator) and g.device == target.device(0)
     g.manual_seed(3)
     a = torch.randn(4, generator=g, device="cuda")
     torch.set_default_device("cuda")
     try:
-        assert torch.zeros(1).device == RealDevice("cpu")
+        assert torch.zeros(1).device == target.device(0)
     finally:
         torch.set_default_device(None)
     with torch.device("cuda"):
-        assert torch.zeros(1).device == RealDevice("cpu")
+        assert torch.zeros(1).device == target.device(0)
     torchdevice.unpatch()
-    assert torch.equal(a, torch.randn(4, generator=torch.Generator().manual_seed(3)))
+    d = target.device(0)
+    assert torch.equal(a.cpu(), torch.randn(4, generator=torch.Generator(device=d).manual_seed(3), device=d).cpu())
 
 
 def test_checkpoint_round_trip_with_map_location(translated):
@@ -181,7 +184,7 @@ def test_checkpoint_round_trip_with_map_location(translated):
         torch.save(state, buf)
         buf.seek(0)
         loaded = torch.load(buf, map_location=map_location)
-        assert torch.equal(loaded["w"], state["w"]) and loaded["step"] == 4
+        assert torch.equal(loaded["w"].cpu(), state["w"].cpu()) and loaded["step"] == 4
 
 
 def test_pinned_memory_does_not_crash(translated):
@@ -192,6 +195,8 @@ def test_pinned_memory_does_not_crash(translated):
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5]]
 
 
+@pytest.mark.cpu_only(reason="a host target has no pinned memory; sim pins host memory as CUDA does "
+                             "(its pinned allocator: plugins/torchdevice-sim/tests)")
 def test_a_factorys_pin_memory_is_a_no_op_on_a_host_target(translated):
     staged = torch.empty(3, device="cpu", pin_memory=True)
     assert staged.device.type == "cpu" and not staged.is_pinned()
@@ -200,7 +205,7 @@ def test_a_factorys_pin_memory_is_a_no_op_on_a_host_target(translated):
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
-def test_safetensors_loads_onto_the_target(translated, tmp_path, device):
+def test_safetensors_loads_onto_the_target(translated, target, tmp_path, device):
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
@@ -213,11 +218,11 @@ def test_safetensors_loads_onto_the_target(translated, tmp_path, device):
     for tensors in (loaded, opened):
         assert sorted(tensors) == sorted(state)
         for key, tensor in tensors.items():
-            assert tensor.device == torch.device(device) and tensor.is_cuda
-            assert tensor.dtype == state[key].dtype and torch.equal(tensor, state[key])
+            assert tensor.device == target.device(0) and tensor.is_cuda
+            assert tensor.dtype == state[key].dtype and torch.equal(tensor.cpu(), state[key])
 
 
-def test_optimizers_and_dynamo_import_work_translated(translated):
+def test_optimizers_and_dynamo_import_work_translated(translated, target):
     import torch._dynamo  # noqa: F401
 
     results = {}
@@ -230,17 +235,17 @@ def test_optimizers_and_dynamo_import_work_translated(translated):
             opt.zero_grad()
             (p ** 2).sum().backward()
             opt.step()
-        results[opt_cls] = p.detach().clone()
+        results[opt_cls] = p.detach().cpu()
     torchdevice.unpatch()
     for opt_cls, value in results.items():
         torch.manual_seed(0)
-        p = nn.Parameter(torch.randn(4))
+        p = nn.Parameter(torch.randn(4, device=target.device(0)))
         opt = opt_cls([p], lr=0.1)
         for _ in range(3):
             opt.zero_grad()
             (p ** 2).sum().backward()
             opt.step()
-        assert torch.equal(value, p.detach()), opt_cls.__name__
+        assert torch.equal(value, p.detach().cpu()), opt_cls.__name__
 
 
 def test_explicit_cpu_stays_on_cpu(translated):

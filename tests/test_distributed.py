@@ -46,28 +46,31 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 
 @pytest.fixture
-def translated(on_cpu):
+def translated(on_target):
     with torchdevice.patched() as target:
         yield target
 
 
 @pytest.mark.parametrize(
-    "given, expected",
+    "given, on_a_host, on_a_device",  # the target's engine on a host target (gloo), or its type's own
     [
-        ("nccl", "gloo"),
-        ("NCCL", "gloo"),
-        ("xccl", "gloo"),
-        ("cuda:nccl", "cpu:gloo"),
-        ("cpu:gloo,cuda:nccl", "cpu:gloo"),
-        ("cuda:nccl,cpu:mpi", "cpu:mpi"),  # the program's own entry for cpu wins
-        ("gloo", "gloo"),
-        ("mpi", "mpi"),
+        ("nccl", "gloo", "{engine}"),
+        ("NCCL", "gloo", "{engine}"),
+        ("xccl", "gloo", "{engine}"),
+        ("cuda:nccl", "cpu:gloo", "{type}:{engine}"),
+        ("cpu:gloo,cuda:nccl", "cpu:gloo", "cpu:gloo,{type}:{engine}"),  # on a host target cpu's entry is cuda's
+        ("cuda:nccl,cpu:mpi", "cpu:mpi", "{type}:{engine},cpu:mpi"),  # the program's own entry for cpu wins
+        ("gloo", "gloo", "gloo"),
+        ("mpi", "mpi", "mpi"),
         # torch's own default is the engine of the accelerator it sees: already gloo on a CPU-only
         # build (None passes through); nccl where CUDA is present, so gloo is named
-        (None, None if NATIVE_ACCELERATOR == "cpu" else "gloo"),
+        (None, None if NATIVE_ACCELERATOR == "cpu" else "gloo", None if NATIVE_ACCELERATOR == "cpu" else "gloo"),
     ],
 )
-def test_backend_argument_maps_to_the_backends_engine(translated, given, expected):
+def test_backend_argument_maps_to_the_backends_engine(translated, target, given, on_a_host, on_a_device):
+    expected = on_a_device if target.indexed else on_a_host
+    if expected is not None:
+        expected = expected.format(type=target.device_type, engine=target.engine)
     assert tddist.map_backend(given) == expected
 
 
@@ -102,6 +105,8 @@ def test_backend_argument_on_other_backends(translated, monkeypatch):
     assert tddist.map_backend("gloo") == "gloo"
 
 
+@pytest.mark.cpu_only(reason="a host target drops device_id; on a device type of its own it is that device "
+                             "(test_backend_argument_on_other_backends, the sim plugin's DDP tests)")
 def test_device_id_is_checked_and_dropped_on_a_cpu_target(translated):
     assert tddist.map_device_id(torch.device("cuda", 0)) is None  # already translated to cpu
     assert tddist.map_device_id(_Device("cuda", 0)) is None

@@ -203,11 +203,13 @@ def test_current_stream_after_the_backend_is_resolved_again_is_of_the_new_stream
     again.set_stream(current)  # what current_stream() gave, set_stream takes back
 
 
-def test_set_stream_of_something_else_names_the_backend_and_the_value(on_cpu):
+def test_set_stream_of_something_else_names_the_backend_and_the_value(on_target, target):
     bad = object()
     with pytest.raises(TypeError) as info:
         torchdevice.set_stream(bad)
-    assert "expects a cpu stream" in str(info.value) and repr(bad) in str(info.value)
+    # a host backend's streams, or a device type's own namespace's Stream class
+    kind = f"torch.{target.device_type}.Stream" if target.indexed else f"{target.name} stream"
+    assert f"expects a {kind}" in str(info.value) and repr(bad) in str(info.value)
 
 
 def test_a_stream_class_that_names_its_event_class_is_left_as_it_is(on_cpu):

@@ -47,7 +47,7 @@ def _assert_same(before, after):
 
 
 @pytest.fixture
-def patched(on_cpu, restore_rng):
+def patched(on_target, restore_rng):
     translate.patch()
     yield translate.target()
     translate.unpatch()
@@ -56,7 +56,7 @@ def patched(on_cpu, restore_rng):
 # -- turning it on and off --------------------------------------------------------------------------
 
 
-def test_unpatch_restores_every_attribute_exactly(on_cpu):
+def test_unpatch_restores_every_attribute_exactly(on_target):
     before = _snapshot()
     translate.patch()
     during = _snapshot()
@@ -68,10 +68,10 @@ def test_unpatch_restores_every_attribute_exactly(on_cpu):
     _assert_same(before, _snapshot())
 
 
-def test_unpatch_after_a_backend_switch_and_repatch(on_cpu):
+def test_unpatch_after_a_backend_switch_and_repatch(on_target, target):
     before = _snapshot()
     translate.patch()
-    torchdevice.use("cpu")  # re-installs against the (same) new backend
+    torchdevice.use(target.name)  # re-installs against the (same) new backend
     translate.patch()
     translate.unpatch()
     _assert_same(before, _snapshot())
@@ -87,7 +87,7 @@ def test_alias_taken_before_patching_sees_the_translation(patched):
     assert cuda.get_device_name() == router.active().properties(0).name
 
 
-def test_amp_is_left_alone(on_cpu):
+def test_amp_is_left_alone(on_target):
     amp_before = torch.cuda.amp
     vars_before = dict(vars(torch.cuda.amp))
     p = Patcher()
@@ -97,7 +97,7 @@ def test_amp_is_left_alone(on_cpu):
     p.restore()
 
 
-def test_only_source_namespaces_are_fronted(on_cpu):
+def test_only_source_namespaces_are_fronted(on_target):
     """A namespace of the target's own type is torch's own: untouched, hence native."""
     target = translate.make_target()
     only_mps = dataclasses.replace(target, sources=frozenset({"mps"}))
@@ -116,9 +116,9 @@ def test_only_source_namespaces_are_fronted(on_cpu):
 # -- availability ----------------------------------------------------------------------------------------
 
 
-def test_is_available_and_device_count_agree_while_translating(patched):
+def test_is_available_and_device_count_agree_while_translating(patched, target):
     """Only the source family (cuda by default) claims a device; the others agree at 0."""
-    assert torch.cuda.is_available() is True and torch.cuda.device_count() == 1
+    assert torch.cuda.is_available() is True and torch.cuda.device_count() == target.count
     for ns in (torch.xpu, torch.mtia, torch.mps):
         assert ns.is_available() is False
         assert ns.device_count() == 0
@@ -126,38 +126,40 @@ def test_is_available_and_device_count_agree_while_translating(patched):
 
 
 @pytest.mark.parametrize("source", ["mps", "xpu", "mtia"])
-def test_another_source_family_claims_the_device(on_cpu, restore_rng, source):
-    with translate.patched(source=source) as target:
-        assert target.source == source
+def test_another_source_family_claims_the_device(on_target, target, restore_rng, source):
+    with translate.patched(source=source) as patched_target:
+        assert patched_target.source == source
         for name in ("cuda", "mps", "xpu", "mtia"):
             ns = getattr(torch, name)
             assert ns.is_available() is (name == source), name
-            assert ns.device_count() == (1 if name == source else 0), name
+            assert ns.device_count() == (target.count if name == source else 0), name
         assert torch.backends.mps.is_available() is (source == "mps")
 
 
-def test_report_available_off(on_cpu):
+def test_report_available_off(on_target, target):
+    """report_available decides for an accelerator-less target only: one with devices of its own has them."""
     translate.patch(report_available=False)
     try:
-        assert torch.cuda.is_available() is False
-        assert torch.cuda.device_count() == 0
+        assert torch.cuda.is_available() is target.indexed
+        assert torch.cuda.device_count() == (target.count if target.indexed else 0)
         assert torch.backends.mps.is_available() is False
         assert torch.cuda.memory_allocated() >= 0  # the backend still answers when asked
     finally:
         translate.unpatch()
 
 
-def test_report_available_env(on_cpu, monkeypatch):
+def test_report_available_env(on_target, target, monkeypatch):
     monkeypatch.setenv("TORCHDEVICE_REPORT_AVAILABLE", "0")
     translate.patch()
     try:
-        assert torch.cuda.is_available() is False and torch.cuda.device_count() == 0
+        assert torch.cuda.is_available() is target.indexed
+        assert torch.cuda.device_count() == (target.count if target.indexed else 0)
     finally:
         translate.unpatch()
     monkeypatch.setenv("TORCHDEVICE_REPORT_AVAILABLE", "1")
     translate.patch()
     try:
-        assert torch.cuda.is_available() is True and torch.cuda.device_count() == 1
+        assert torch.cuda.is_available() is True and torch.cuda.device_count() == target.count
     finally:
         translate.unpatch()
 
@@ -170,7 +172,8 @@ def test_init_and_is_initialized(patched):
 # -- devices ----------------------------------------------------------------------------------------------
 
 
-def test_device_context_and_invalid_index(patched):
+def test_device_context_and_invalid_index(patched, target):
+    missing = target.count  # one past the target's last device
     assert torch.cuda.current_device() == 0
     with torch.cuda.device(0):
         assert torch.cuda.current_device() == 0
@@ -179,13 +182,13 @@ def test_device_context_and_invalid_index(patched):
     torch.cuda.set_device(-1)  # a no-op, as CUDA
     torch.cuda.set_device("cuda:0")
     with pytest.raises(InvalidDeviceError) as info:
-        torch.cuda.set_device(1)
+        torch.cuda.set_device(missing)
     assert isinstance(info.value, torch.AcceleratorError)
     with pytest.raises(torch.AcceleratorError):
-        with torch.cuda.device(3):
+        with torch.cuda.device(missing + 2):
             pass
     with pytest.raises(torch.AcceleratorError):
-        torch.cuda.memory_allocated("cuda:1")
+        torch.cuda.memory_allocated(f"cuda:{missing}")
     assert isinstance(torch.cuda.device(0), torch.cuda.device)
 
 
@@ -196,7 +199,7 @@ def test_device_of_a_translated_tensor(patched):
     assert isinstance(torch.cuda.device_of(x), torch.cuda.device)
 
 
-def test_properties(patched):
+def test_properties(patched, target):
     from torchdevice import router
 
     props = torch.cuda.get_device_properties(0)
@@ -205,9 +208,11 @@ def test_properties(patched):
     assert torch.cuda.get_device_name("cuda:0") == props.name
     assert torch.cuda.is_bf16_supported() is True
     assert torch.mps.recommended_max_memory() == props.total_memory
-    # answered, as on CUDA, with the feature level the target offers; consistent with bf16
-    assert torch.cuda.get_device_capability() == (props.major, props.minor) == (8, 0)
-    assert torch.cuda.get_device_capability("cuda:0") == (8, 0)
+    # answered, as on CUDA, with the feature level the target offers (the cpu backend: Ampere's, consistent
+    # with bf16; a device type of its own: its own answer)
+    level = (8, 0) if target.name == "cpu" else tuple(target.module.get_device_capability(0))
+    assert torch.cuda.get_device_capability() == (props.major, props.minor) == level
+    assert torch.cuda.get_device_capability("cuda:0") == level
 
 
 # -- memory -----------------------------------------------------------------------------------------------
@@ -240,6 +245,8 @@ def test_deprecated_memory_aliases_warn_like_torch(patched):
         torch.cuda.reset_max_memory_allocated()
 
 
+@pytest.mark.cpu_only(reason="the cpu backend has no allocator cache nor memory fraction; sim has both "
+                             "(plugins/torchdevice-sim/tests/test_sim_device.py)")
 def test_empty_cache_is_a_noop_and_fraction_unsupported_on_cpu(patched):
     assert torch.cuda.empty_cache() is None
     assert torch.cuda.empty_cache.__torchdevice_status__[0] is Status.NOOP
@@ -316,16 +323,18 @@ def test_record_stream_accepts_the_backends_streams(patched):
         y = x * 2
     torch.cuda.current_stream().wait_stream(side)
     assert y.record_stream(side) is None
-    assert torch.equal(y, torch.full((4,), 2.0))
+    assert torch.equal(y.cpu(), torch.full((4,), 2.0))
 
 
-def test_get_device_module_gives_the_fronted_namespace(patched):
+def test_get_device_module_gives_the_fronted_namespace(patched, target):
     assert torch.get_device_module("cuda") is torch.cuda
     assert torch.get_device_module("xpu:0") is torch.xpu
     assert torch.get_device_module("cpu") is torch.cpu
-    assert torch.get_device_module(torch.device("cuda")) is torch.cpu  # a device object is already translated
+    assert torch.get_device_module(torch.device("cuda")) is target.module  # a device object is already translated
 
 
+@pytest.mark.cpu_only(reason="sim refuses set_sync_debug_mode (UnsupportedError: it cannot report which "
+                             "operations synchronize); the cpu backend keeps the mode")
 def test_sync_debug_mode_is_kept(patched):
     torch.cuda.set_sync_debug_mode("warn")
     assert torch.cuda.get_sync_debug_mode() == 1
@@ -338,20 +347,20 @@ def test_sync_debug_mode_is_kept(patched):
 # -- random numbers ----------------------------------------------------------------------------------------
 
 
-def test_seeded_numbers_match_native_cpu(patched):
+def test_seeded_numbers_match_native_code_on_the_target(patched, target):
     torch.cuda.manual_seed(1234)
     a = torch.randn(5, device="cuda")
-    torch.manual_seed(1234)
-    b = torch.randn(5)
-    assert torch.equal(a, b)
+    target.default_generators()[0].manual_seed(1234)  # the same draw written natively for the target
+    b = torch.randn(5, device=target.device(0))
+    assert torch.equal(a.cpu(), b.cpu())
     state = torch.cuda.get_rng_state()
     c = torch.rand(3, device="cuda")
     torch.cuda.set_rng_state(state)
-    assert torch.equal(c, torch.rand(3, device="cuda"))
+    assert torch.equal(c.cpu(), torch.rand(3, device="cuda").cpu())
     states = torch.cuda.get_rng_state_all()
-    assert len(states) == 1
+    assert len(states) == target.count
     torch.cuda.set_rng_state_all(states)
-    assert torch.cuda.default_generators == (torch.default_generator,)
+    assert torch.cuda.default_generators == target.default_generators()
     torch.cuda.manual_seed_all(7)
     assert torch.cuda.initial_seed() == 7
     with pytest.raises(TypeError, match="ByteTensor"):
@@ -413,24 +422,24 @@ def test_make_graphed_callables_runs_eagerly(patched):
     assert torch.cuda.is_current_stream_capturing() is False
 
 
-def test_unsupported_errors_name_function_backend_and_alternative(patched):
+def test_unsupported_errors_name_function_backend_and_alternative(patched, target):
     for fn, api in ((torch.cuda.cudart, "torch.cuda.cudart"), (torch.cuda.memory_usage, "torch.cuda.memory_usage"),
                     (torch.mps.compile_shader, "torch.mps.compile_shader"),
                     (torch.mtia.record_memory_history, "torch.mtia.record_memory_history")):
         with pytest.raises(UnsupportedError) as info:
             fn()
-        assert info.value.function == api and info.value.backend == "cpu" and info.value.instead
-        assert str(info.value).startswith(f"{api} is not supported on torchdevice backend 'cpu'; instead: ")
+        assert info.value.function == api and info.value.backend == target.name and info.value.instead
+        assert str(info.value).startswith(f"{api} is not supported on torchdevice backend '{target.name}'; instead: ")
 
 
-def test_unsupported_classes_raise_on_construction_and_keep_isinstance(patched):
+def test_unsupported_classes_raise_on_construction_and_keep_isinstance(patched, target):
     for cls, api in ((torch.cuda.CUDAGraph, "torch.cuda.CUDAGraph"), (torch.cuda.graph, "torch.cuda.graph"),
                      (torch.cuda.MemPool, "torch.cuda.MemPool"), (torch.cuda.ExternalStream, "torch.cuda.ExternalStream"),
                      (torch.xpu.XPUGraph, "torch.xpu.XPUGraph")):
         assert isinstance(cls, type) and not isinstance(object(), cls)
         with pytest.raises(UnsupportedError) as info:
             cls()
-        assert info.value.function == api and info.value.backend == "cpu" and info.value.instead
+        assert info.value.function == api and info.value.backend == target.name and info.value.instead
     assert torch.cuda.graphs.CUDAGraph is torch.cuda.CUDAGraph
 
 
@@ -447,7 +456,7 @@ def test_backend_flags_can_be_set(patched):
         matmul.fp32_precision = "tf32"
         assert matmul.fp32_precision == "tf32"
         x = torch.randn(4, 4, device="cuda")
-        torch.testing.assert_close(x @ x, x.cpu() @ x.cpu())  # the flags change nothing on CPU
+        torch.testing.assert_close((x @ x).cpu(), x.cpu() @ x.cpu())  # the flags change nothing: CPU kernels
     finally:
         (cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, cudnn.enabled, matmul.allow_tf32,
          matmul.fp32_precision, matmul.allow_fp16_reduced_precision_reduction) = saved
@@ -474,7 +483,7 @@ def test_no_hook_is_called_at_call_time(patched, monkeypatch):
         pass
 
 
-def test_calls_are_traced_with_how_they_were_handled(patched):
+def test_calls_are_traced_with_how_they_were_handled(patched, target):
     trace.reset()
     trace.start_report()
     try:
@@ -491,8 +500,12 @@ def test_calls_are_traced_with_how_they_were_handled(patched):
         trace.stop_report()
         trace.reset()
     assert uses["torch.cuda.synchronize"].calls == 2
-    assert uses["torch.cuda.synchronize"].how.startswith("no-op")
-    assert uses["torch.cuda.memory_allocated"].how.startswith("translated")
+    # the cpu backend runs every op at once (nothing to wait for) and answers memory itself; a device type of
+    # its own answers from its own namespace
+    own = f"native: torch.{target.device_type}."
+    assert uses["torch.cuda.synchronize"].how.startswith(own + "synchronize" if target.indexed else "no-op")
+    assert uses["torch.cuda.memory_allocated"].how.startswith(own + "memory_allocated" if target.indexed
+                                                              else "translated")
     assert uses["torch.cuda.cudart"].how == "unsupported"
     assert "torch.cuda.device" in uses
     assert "torch.cuda.cast" not in uses
@@ -500,26 +513,27 @@ def test_calls_are_traced_with_how_they_were_handled(patched):
     assert site.startswith(__file__)
 
 
-def test_the_allocator_history_recipe_answers_from_the_backend(patched, tmp_path):
+def test_the_allocator_history_recipe_answers_from_the_backend(patched, target, tmp_path):
     """torch.cuda.memory's own functions (the memory-visualizer recipe) raise no raw torch._C AttributeError."""
     import pickle
 
     with pytest.raises(UnsupportedError, match=r"torch\.cuda\.memory\._record_memory_history is not supported .*"
                                                 r"torch\.cuda\.memory_stats\(\)"):
         torch.cuda.memory._record_memory_history(max_entries=1000)
-    assert torch.cuda.memory._snapshot() == {"segments": [], "device_traces": [[]]}
+    empty = {"segments": [], "device_traces": [[] for _ in range(target.count)]}  # a trace per device
+    assert torch.cuda.memory._snapshot() == empty
     assert torch.cuda.memory._snapshot(0, augment_with_fx_traces=True) == torch.cuda.memory._snapshot()
     with pytest.raises(InvalidDeviceError):
-        torch.cuda.memory._snapshot("cuda:1")
+        torch.cuda.memory._snapshot(f"cuda:{target.count}")
     path = tmp_path / "snapshot.pickle"
     torch.cuda.memory._dump_snapshot(str(path))
-    assert pickle.loads(path.read_bytes()) == {"segments": [], "device_traces": [[]]}
+    assert pickle.loads(path.read_bytes()) == empty
     assert "_snapshot" not in vars(torch.cuda)  # patched in torch.cuda.memory only
 
 
-def test_nccl_answers_from_the_collective_engine(patched):
-    with pytest.raises(UnsupportedError, match=r"torch\.cuda\.nccl\.version .*engine \(gloo\) reports no version; "
-                                                r"torchdevice\.dist_backend\(\)"):
+def test_nccl_answers_from_the_collective_engine(patched, target):
+    with pytest.raises(UnsupportedError, match=rf"torch\.cuda\.nccl\.version .*engine \({target.engine}\) reports no "
+                                                r"version; torchdevice\.dist_backend\(\)"):
         torch.cuda.nccl.version()
     tensors = [torch.ones(2, device="cuda")]
     for call, instead in ((lambda: torch.cuda.nccl.all_reduce(tensors), "torch.distributed.all_reduce"),
@@ -543,6 +557,8 @@ def test_tunable_is_off_and_its_settings_refused(patched):
         torch.cuda.tunable.set_max_tuning_iterations(10)
 
 
+@pytest.mark.cpu_only(reason="sim refuses it (UnsupportedError: its caching allocator cannot be switched off from "
+                             "Python); the cpu backend has no cache to switch off")
 def test_caching_allocator_disabled_is_an_empty_context_on_cpu(patched):
     with torch.cuda.memory.caching_allocator_disabled():
         assert torch.zeros(3, device="cuda").sum().item() == 0
@@ -573,10 +589,14 @@ def test_nccl_version_is_the_engines_where_it_has_one(on_cpu, restore_rng):
                                  "torch.cuda.nccl.version") == (Status.TRANSLATED, "the ccl library's version")
 
 
-def test_wrappers_carry_their_status(patched):
-    assert torch.cuda.memory_allocated.__torchdevice_status__[0] is Status.TRANSLATED
+def test_wrappers_carry_their_status(patched, target):
+    if target.indexed:  # a device type of its own answers from its own namespace (torch.sim), its device guard
+        assert torch.cuda.memory_allocated.__torchdevice_status__ == (
+            Status.NATIVE, f"torch.{target.device_type}.memory_allocated")
+    else:
+        assert torch.cuda.memory_allocated.__torchdevice_status__[0] is Status.TRANSLATED
     assert torch.cuda.cudart.__torchdevice_status__[0] is Status.UNSUPPORTED
-    assert getattr(torch.cuda.device, STATUS_ATTR)[0] is Status.EMULATED
+    assert getattr(torch.cuda.device, STATUS_ATTR)[0] is (Status.NATIVE if target.indexed else Status.EMULATED)
 
 
 def test_fronted_names_exist_in_torch():
@@ -604,17 +624,15 @@ def test_switching_backend_reinstalls(on_cpu):
         translate.unpatch()
 
 
-def test_device_context_accepts_device_strings():
+def test_device_context_accepts_device_strings(on_target, target):
     # torch.cuda.device("cuda:0") takes strings as CUDA does (a str has an .index method: not a device index)
-    torchdevice.use("cpu")
-    try:
-        with torchdevice.patched():
-            with torch.cuda.device("cuda:0"):
-                assert torch.cuda.current_device() == 0
-            with torch.cuda.device(torch.device("cuda", 0)):
-                assert torch.cuda.current_device() == 0
-    finally:
-        torchdevice.use(None)
+    last = target.count - 1
+    with torchdevice.patched():
+        with torch.cuda.device(f"cuda:{last}"):
+            assert torch.cuda.current_device() == last
+        with torch.cuda.device(torch.device("cuda", last)):
+            assert torch.cuda.current_device() == last
+        assert torch.cuda.current_device() == 0
 
 
 def _kinds_and_defaults(sig):

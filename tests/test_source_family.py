@@ -37,7 +37,7 @@ def _only(source: str, count: int = 1) -> dict:
 
 
 @pytest.fixture
-def unpatched(on_cpu, restore_rng):
+def unpatched(on_target, restore_rng):
     translate.unpatch()
     yield
     translate.unpatch()
@@ -46,35 +46,35 @@ def unpatched(on_cpu, restore_rng):
 # -- the source family, in process ---------------------------------------------------------------------
 
 
-def test_cuda_is_the_default_source_family(unpatched):
-    target = translate.patch()
-    assert target.source == "cuda"
-    assert _claims() == _only("cuda")
+def test_cuda_is_the_default_source_family(unpatched, target):
+    assert translate.patch().source == "cuda"
+    assert _claims() == _only("cuda", target.count)
     assert torch.backends.mps.is_available() is False
 
 
 @pytest.mark.parametrize("source", ["mps", "xpu", "mtia", "cuda"])
-def test_env_chooses_the_source_family(unpatched, monkeypatch, source):
+def test_env_chooses_the_source_family(unpatched, target, monkeypatch, source):
     monkeypatch.setenv("TORCHDEVICE_SOURCE", source.upper())  # any case
     assert translate.patch().source == source
-    assert _claims() == _only(source)
+    assert _claims() == _only(source, target.count)
     assert torch.backends.mps.is_available() is (source == "mps")
 
 
-def test_patch_source_option_repatches_and_keeps_other_options(unpatched):
+def test_patch_source_option_repatches_and_keeps_other_options(unpatched, target):
     translate.patch(source="xpu")
-    assert _claims() == _only("xpu")
+    assert _claims() == _only("xpu", target.count)
     assert translate.patch().source == "xpu"  # no option: idempotent, the current source stays
     translate.patch(report_available=False)
     assert translate.target().source == "xpu"  # re-patched for report_available, the source kept
-    assert _claims() == {ns: (False, 0) for ns in FAMILIES}
+    # report_available off: an accelerator-less target claims no device; one with devices of its own keeps them
+    assert _claims() == (_only("xpu", target.count) if target.indexed else {ns: (False, 0) for ns in FAMILIES})
     translate.patch(source="mps")
     assert translate.target().report_available is False  # and the other way round
     translate.patch(report_available=True)
-    assert _claims() == _only("mps")
+    assert _claims() == _only("mps", target.count)
 
 
-def test_the_other_families_still_translate_when_called(unpatched):
+def test_the_other_families_still_translate_when_called(unpatched, target):
     translate.patch()  # source cuda
     assert torch.xpu.is_available() is False
     torch.xpu.synchronize()
@@ -83,8 +83,8 @@ def test_the_other_families_still_translate_when_called(unpatched):
     torch.mps.manual_seed(3)
     a = torch.rand(3, device="mps")
     torch.mps.manual_seed(3)
-    assert torch.equal(a, torch.rand(3, device="mps"))
-    assert torch.ones(1, device="xpu:0").device.type == "cpu"
+    assert torch.equal(a.cpu(), torch.rand(3, device="mps").cpu())
+    assert torch.ones(1, device="xpu:0").device == target.device(0)
     with torch.mtia.device(0):
         assert torch.mtia.current_device() == 0
 

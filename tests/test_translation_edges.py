@@ -30,7 +30,7 @@ SOURCES = ("cuda", "xpu", "mtia", "mps")
 
 
 @pytest.fixture
-def translated(on_cpu):
+def translated(on_target):
     with torchdevice.patched():
         yield
 
@@ -46,7 +46,7 @@ def report():
         trace.reset()
 
 
-def test_every_device_entry_point_is_reported_under_its_name(translated, report, tmp_path):
+def test_every_device_entry_point_is_reported_under_its_name(translated, target, report, tmp_path):
     t, m = torch.ones(2), nn.Linear(1, 1)
     buf = io.BytesIO()
     torch.save({"w": t}, buf)
@@ -65,10 +65,10 @@ def test_every_device_entry_point_is_reported_under_its_name(translated, report,
         **{f"Tensor.is_{s}": ("translated", 1) for s in SOURCES if hasattr(torch.Tensor, f"is_{s}")},
         "torch.load(map_location=)": ("translated", 1),
         "torch.set_default_device": ("translated", 1),
-        "Tensor.pin_memory": ("no-op", 1),
-        "Tensor.record_stream": ("no-op", 1),
-        "DataLoader(pin_memory=True)": ("no-op", 1),
     }
+    if not target.indexed:  # no-ops on a host target; a device type of its own pins and records natively
+        expected.update({"Tensor.pin_memory": ("no-op", 1), "Tensor.record_stream": ("no-op", 1),
+                         "DataLoader(pin_memory=True)": ("no-op", 1)})
     line = {}
     torch.device("cuda"), torch.device("cuda"), torch.device(0)  # noqa: B018 (the second from the cache)
     line["torch.device"] = _line()
@@ -76,7 +76,7 @@ def test_every_device_entry_point_is_reported_under_its_name(translated, report,
     torch.zeros(1, device="cuda"), torch.zeros(1, device=0)  # noqa: B018
     torch.ones_like(t, device="cuda:0")
     t.new_zeros(1, device="cuda")
-    t.to("cuda"), t.to(device="cuda:0")  # noqa: B018
+    moved, _ = t.to("cuda"), t.to(device="cuda:0")
     m.to("cuda")
     for s in moves:
         getattr(t, s)()
@@ -90,7 +90,7 @@ def test_every_device_entry_point_is_reported_under_its_name(translated, report,
     torch.set_default_device("cuda")
     torch.set_default_device(None)
     t.pin_memory()
-    t.record_stream(torch.cuda.current_stream())
+    moved.record_stream(torch.cuda.current_stream())  # a device tensor (a host one has no streams on a GPU)
     torch.utils.data.DataLoader([1, 2], pin_memory=True)
     # untranslated spellings are not translated calls
     torch.device("cpu"), torch.device(RealDevice("cpu")), torch.zeros(1, device="cpu")  # noqa: B018
@@ -219,44 +219,46 @@ def _saved_on(location: str, monkeypatch) -> bytes:
 
 
 @pytest.mark.parametrize("location", ["cuda:0", "mps", "xpu:0"])
-def test_a_checkpoint_saved_on_a_device_loads_on_the_target(on_cpu, monkeypatch, location):
+def test_a_checkpoint_saved_on_a_device_loads_on_the_target(on_target, target, monkeypatch, location):
     translate.unpatch()
     blob = _saved_on(location, monkeypatch)
     with torchdevice.patched():
         for map_location in (None, {location: torch.device("cuda:0")}, {location: "cuda"}, {"cuda:5": "cpu"}):
             loaded = torch.load(io.BytesIO(blob), map_location=map_location)
-            assert loaded["w"].device == RealDevice("cpu") and loaded["w"].tolist() == [0.0, 1.0, 2.0]
+            assert loaded["w"].device == target.device(0) and loaded["w"].tolist() == [0.0, 1.0, 2.0]
 
 
-def test_a_checkpoint_from_a_missing_device_raises_like_cuda(on_cpu, monkeypatch):
+def test_a_checkpoint_from_a_missing_device_raises_like_cuda(on_target, target, monkeypatch):
     translate.unpatch()
-    blob = _saved_on("cuda:1", monkeypatch)  # the target has one device
+    missing = target.count  # one past the target's last device
+    blob = _saved_on(f"cuda:{missing}", monkeypatch)
     with torchdevice.patched():
         with pytest.raises(InvalidDeviceError) as info:
             torch.load(io.BytesIO(blob))
-    assert (info.value.index, info.value.count, info.value.backend) == (1, 1, "cpu")
-    assert str(info.value) == "invalid device ordinal 1 for torchdevice backend 'cpu': valid indices are 0..0"
+    assert (info.value.index, info.value.count, info.value.backend) == (missing, target.count, target.name)
+    assert str(info.value) == (f"invalid device ordinal {missing} for torchdevice backend '{target.name}': "
+                               f"valid indices are 0..{target.count - 1}")
 
 
 # -- what unpatch leaves, and the stand-in classes --------------------------------------------
 
 
-def test_unpatch_gives_pickling_of_devices_back_to_torch(on_cpu):
+def test_unpatch_gives_pickling_of_devices_back_to_torch(on_target, target):
     translate.unpatch()
     before = copyreg.dispatch_table.get(RealDevice, "absent")
     with torchdevice.patched():
-        assert pickle.loads(pickle.dumps(RealDevice("cuda", 0))) == RealDevice("cpu")  # read through
+        assert pickle.loads(pickle.dumps(RealDevice("cuda", 0))) == target.device(0)  # read through
     assert copyreg.dispatch_table.get(RealDevice, "absent") == before
     assert pickle.loads(pickle.dumps(RealDevice("cuda", 0))) == RealDevice("cuda", 0)  # torch's own again
 
 
-def test_stand_in_classes_forward_class_attributes_and_defaults(translated):
+def test_stand_in_classes_forward_class_attributes_and_defaults(translated, target):
     assert torch.Generator.manual_seed is RealGenerator.manual_seed
     assert torch.device.type is RealDevice.type and torch.device.index is RealDevice.index
     assert torch.Generator().device == RealDevice("cpu")  # torch's default device
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert torch.Generator("cuda").device == RealDevice("cpu")
+        assert torch.Generator("cuda").device == target.device(0)
 
 
 def test_patch_leaves_the_garbage_collector_as_it_found_it(on_cpu):

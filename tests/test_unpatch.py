@@ -48,8 +48,7 @@ def _diff(before, after):
     return changed
 
 
-def test_unpatch_restores_every_torch_attribute_by_identity():
-    torchdevice.use("cpu")
+def test_unpatch_restores_every_torch_attribute_by_identity(on_target):
     try:
         with torchdevice.patched():
             pass  # first install imports what translation needs: not part of the comparison
@@ -60,7 +59,6 @@ def test_unpatch_restores_every_torch_attribute_by_identity():
         after = _snapshot()
     finally:
         torchdevice.unpatch()
-        torchdevice.use(None)
     assert _diff(before, patched), "patch() changed nothing: the comparison would prove nothing"
     assert _diff(before, after) == []
     assert copyreg.dispatch_table.get(torch.device) is pickler
@@ -104,14 +102,13 @@ def test_first_unpatch_restores_what_was_there_before_any_patch():
     assert found["left"] == [] and found["pickler"], found
 
 
-def test_torch_is_untouched_until_the_commit_which_runs_uninterrupted(monkeypatch):
+def test_torch_is_untouched_until_the_commit_which_runs_uninterrupted(on_target, monkeypatch):
     """patch() changes torch in one uninterrupted loop at the end: a thread running torch code
     while translation turns on sees torch either wholly unpatched or wholly patched."""
     import sys as _sys
 
     from torchdevice import _patching
 
-    torchdevice.use("cpu")
     seen = {}
     real_commit = _patching.Patcher.commit
 
@@ -139,13 +136,11 @@ def test_torch_is_untouched_until_the_commit_which_runs_uninterrupted(monkeypatc
         assert seen["intervals"][0] >= 0.5  # other threads held off while attributes change
     finally:
         torchdevice.unpatch()
-        torchdevice.use(None)
 
 
-def test_a_patch_that_fails_half_way_leaves_torch_untouched(monkeypatch):
+def test_a_patch_that_fails_half_way_leaves_torch_untouched(on_target, target, monkeypatch):
     from torchdevice import translate
 
-    torchdevice.use("cpu")
     translate.unpatch()
     before = _snapshot()
 
@@ -165,9 +160,8 @@ def test_a_patch_that_fails_half_way_leaves_torch_untouched(monkeypatch):
         assert not torchdevice.is_patched() and not _diff(before, _snapshot())
     finally:
         monkeypatch.undo()
-        torchdevice.use(None)
     with torchdevice.patched():  # and the next patch works
-        assert torch.zeros(1, device="cuda").device.type == "cpu"
+        assert torch.zeros(1, device="cuda").device == target.device(0)
 
 
 class _Box:

@@ -223,7 +223,8 @@ class Event:
 
     def elapsed_time(self, end_event: Event) -> float:
         if self.event is None or end_event.event is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            # torch's own events check this with TORCH_CHECK_VALUE (c10/core/impl/InlineEvent.h): a ValueError
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
         return float(self.event.elapsed_time(end_event.event))
 
     def __repr__(self) -> str:

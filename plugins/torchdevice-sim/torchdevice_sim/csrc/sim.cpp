@@ -86,6 +86,7 @@ struct Stream {
   std::deque<std::pair<std::function<void()>, std::function<void()>>> queue;  // (task, after completion)
   uint64_t enqueued = 0;  // tasks pushed
   std::atomic<uint64_t> completed{0};  // tasks finished
+  Clock::time_point finished{};  // when the last task finished (written by the worker only)
   std::string error;  // first asynchronous failure, reported at the next call on this stream
   bool started = false;
 
@@ -116,6 +117,7 @@ struct Stream {
           // One step for both: whoever sees the stream past this task sees its event done, and
           // the other way round (an event's mutex is only ever taken inside this one).
           std::lock_guard<std::mutex> lock(mu);
+          finished = Clock::now();
           completed.fetch_add(1);
           if (after) after();
         }
@@ -256,9 +258,13 @@ void record_event(const EventHandle& ev, Stream* stream, bool timing) {
     ev->device = stream->device;
     ev->timing = timing;
   }
-  stream->push([ev] {
+  // The stream reaches the event when it has finished the work queued before it, and not before the host
+  // queued it: on an idle stream that is the moment of the record, as on a GPU (the worker's own wake-up
+  // latency is no device time), on a busy one the end of the work ahead.
+  Clock::time_point queued = Clock::now();
+  stream->push([ev, stream, queued] {
     std::lock_guard<std::mutex> lock(ev->mu);
-    ev->when = Clock::now();
+    ev->when = std::max(queued, stream->finished);
   }, [ev, version] {
     {
       std::lock_guard<std::mutex> lock(ev->mu);
@@ -299,8 +305,10 @@ void synchronize_event(const EventHandle& ev) {
 }
 
 double elapsed_ms(const EventHandle& a, const EventHandle& b) {
-  TORCH_CHECK(a->timing && b->timing, "Both events must be created with argument 'enable_timing=True'.");
-  TORCH_CHECK(a->scheduled > 0 && b->scheduled > 0, "Both events must be recorded before calculating elapsed time.");
+  // ValueErrors, as torch's own events check these (c10/core/impl/InlineEvent.h)
+  TORCH_CHECK_VALUE(a->timing && b->timing, "Both events must be created with argument 'enable_timing=True'.");
+  TORCH_CHECK_VALUE(a->scheduled > 0 && b->scheduled > 0,
+                    "Both events must be recorded before calculating elapsed time.");
   TORCH_CHECK(query_event(a) && query_event(b),
               "Both events must be completed before calculating elapsed time.");
   std::lock_guard<std::mutex> la(a->mu);
