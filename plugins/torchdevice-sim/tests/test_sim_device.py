@@ -285,6 +285,15 @@ def test_non_blocking_copy_to_pinned_memory_is_asynchronous(synced):
     assert torch.equal(dst, torch.arange(1000.0))
 
 
+def test_torch_accelerator_host_cache_calls_reach_sims_host_allocator(sim):
+    """torch.accelerator.empty_host_cache() asks torch's host allocator of the current accelerator (sim):
+    with none registered it crashed the process (a segfault)."""
+    torch.ones(2, device="sim:0")
+    torch.accelerator.empty_host_cache()  # nothing cached: returns
+    pinned = torch.zeros(64).pin_memory()
+    assert pinned.is_pinned() and torch.equal(pinned, torch.zeros(64))
+
+
 def test_a_blocking_copy_to_the_host_waits_for_the_queue(synced):
     clock = synced.get_device_properties(0).clock_rate
     src = torch.arange(10.0, device="sim")

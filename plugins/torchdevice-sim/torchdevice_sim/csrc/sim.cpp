@@ -16,6 +16,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
@@ -562,6 +563,25 @@ struct PinnedAllocator final : c10::Allocator {
 
 PinnedAllocator g_pinned_allocator;
 
+// The device's host allocator as torch.accelerator sees it (empty_host_cache and friends ask
+// at::getHostAllocator for the current accelerator; with none registered that call crashed). Pinned
+// blocks are malloc'd and freed at once, never cached, so there is nothing to empty; a queued copy keeps
+// its source tensor alive itself, so no event has to guard a block's reuse.
+struct SimHostAllocator final : at::HostAllocator {
+  c10::DataPtr allocate(size_t nbytes) override { return g_pinned_allocator.allocate(nbytes); }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+  bool record_event(void*, void*, c10::Stream) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    TORCH_CHECK(false, "sim keeps no host (pinned) memory statistics: its pinned blocks are plain allocations");
+  }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
+};
+
+SimHostAllocator g_host_allocator;
+
 bool is_pinned(const void* ptr) {
   std::lock_guard<std::mutex> lock(g_pinned_mu);
   return g_pinned.count(const_cast<void*>(ptr)) > 0;
@@ -987,6 +1007,7 @@ void init(int device_count, int64_t capacity, int64_t clock_khz) {
   g_clock_khz = clock_khz;
   g_device_count = device_count;
   at::RegisterPrivateUse1HooksInterface(new SimHooks());
+  at::setHostAllocator(c10::DeviceType::PrivateUse1, &g_host_allocator);
   pthread_atfork(nullptr, nullptr, &on_fork_child);
 }
 
