@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from typing import Any, Iterator
 
 _MISSING = object()
@@ -27,6 +28,20 @@ def uninterrupted() -> Iterator[None]:
         yield
     finally:
         sys.setswitchinterval(previous)
+
+
+def _looking_like(value: Any, current: Any) -> Any:
+    """``value``, given ``current``'s ``__wrapped__`` when ``current`` is a function that wraps another
+    (``functools.wraps``, ``contextlib.contextmanager``) and ``value`` is one that wraps nothing.
+
+    Code reads ``f.__wrapped__`` of torch's functions as it finds them: dynamo's tables of context
+    managers and constant-folded functions (torch 2.14's ``torch.cuda.use_mem_pool.__wrapped__``, read
+    at trace time), ``inspect.signature``. A stand-in without one failed there with AttributeError.
+    """
+    if (isinstance(value, types.FunctionType) and isinstance(current, types.FunctionType)
+            and "__wrapped__" in vars(current) and "__wrapped__" not in vars(value)):
+        value.__wrapped__ = current.__wrapped__
+    return value
 
 
 class Patcher:
@@ -46,9 +61,10 @@ class Patcher:
         """
         if self._staged is not None:
             current = self.get(obj, name)
-            self._staged[id(obj), name] = (obj, name, value)
+            self._staged[id(obj), name] = (obj, name, _looking_like(value, current))
             return current
         current = getattr(obj, name, None)
+        value = _looking_like(value, current)
         self._saved.append((obj, name, vars(obj).get(name, _MISSING)))
         self._applied.append(value)
         setattr(obj, name, value)
