@@ -4,8 +4,9 @@
   plugin over :class:`torchdevice.testing.StandIn` (a recording copy of
   ``torch.cuda``'s names) and prove which ``torch.cuda`` function each
   operation calls, with which arguments, and how the result is converted.
-* ``TestCudaOnThisBuild``: real tests on this machine's torch (a CPU build):
-  the backend is unavailable, never selected, and ``torchdevice info`` says why.
+* ``TestCudaOnThisBuild``: real tests on this machine's torch (a CPU build, or a
+  CUDA build on a machine without a GPU): the backend is unavailable, never
+  selected, and ``torchdevice info`` says why (skipped where a GPU answers).
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class TestCudaStandIn(NamespaceContract):
 class TestCudaOnThisBuild(UnavailableHere):
     plugin = torchdevice_cuda.plugin
     distribution = "torchdevice-cuda"
-    reason = "built without CUDA support"
+    # a CPU build lacks CUDA; a CUDA build (what `pip install torch` gets on Linux) without a GPU finds no device
+    reason = "no CUDA device found" if torch.backends.cuda.is_built() else "built without CUDA support"
 
 
 def test_standin_is_not_used_by_the_installed_plugin():

@@ -1332,10 +1332,15 @@ def _sdpa_flash(q: Array, k, v, dropout_p: float = 0.0, is_causal: bool = False,
     if dropout_p > 0:
         raise NotImplementedError("attention dropout (drawn by torch's generator on the host)")
     s, _ = _attention_scores(q, k, is_causal, attn_mask, scale)
-    s32 = s.astype(core.float32)
+    # half types accumulate in float32; float64 stays float64 (torch >= 2.14 sends float64 here, not to the math path)
+    s32 = s.astype(_attention_accumulator(q))
     lse = core.logsumexp(s32, axis=-1, keepdims=True)
     p = _attention_probs(s32, lse).astype(q.dtype)
     return core.matmul(p, v), core.squeeze(lse, -1)
+
+
+def _attention_accumulator(q):
+    return core.float64 if q.dtype == core.float64 else core.float32
 
 
 @lower(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
@@ -1344,13 +1349,14 @@ def _sdpa_flash_backward(grad_out: Array, q: Array, k, v, out: Array, logsumexp:
     if dropout_p > 0:
         raise NotImplementedError("attention dropout (drawn by torch's generator on the host)")
     s, scale = _attention_scores(q, k, is_causal, attn_mask, scale)
-    p = _attention_probs(s.astype(core.float32), core.expand_dims(logsumexp.astype(core.float32), -1))
-    go, o = grad_out.astype(core.float32), out.astype(core.float32)
+    acc = _attention_accumulator(q)
+    p = _attention_probs(s.astype(acc), core.expand_dims(logsumexp.astype(acc), -1))
+    go, o = grad_out.astype(acc), out.astype(acc)
     grad_v = core.matmul(core.swapaxes(p, -1, -2), go)
-    dp = core.matmul(go, core.swapaxes(v.astype(core.float32), -1, -2))
+    dp = core.matmul(go, core.swapaxes(v.astype(acc), -1, -2))
     ds = p * (dp - core.sum(go * o, axis=-1, keepdims=True))
-    grad_q = core.matmul(ds, k.astype(core.float32)) * scale
-    grad_k = core.matmul(core.swapaxes(ds, -1, -2), q.astype(core.float32)) * scale
+    grad_q = core.matmul(ds, k.astype(acc)) * scale
+    grad_k = core.matmul(core.swapaxes(ds, -1, -2), q.astype(acc)) * scale
     return grad_q.astype(q.dtype), grad_k.astype(k.dtype), grad_v.astype(v.dtype)
 
 
