@@ -88,3 +88,31 @@ def test_installed_distributions_match_the_checkout():
             assert installed == _project(path)["version"], (
                 f"{dist} {installed} is installed but this checkout is {_project(path)['version']}: "
                 f"reinstall it (pip install -e {path.relative_to(ROOT) if path != ROOT else '.'})")
+
+
+def _torch_requirement(project: dict) -> Requirement:
+    found = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "torch"]
+    assert len(found) == 1, project["dependencies"]
+    return found[0]
+
+
+def _pinned(constraints: str) -> Version:
+    found = re.search(r"^torch==(\S+)", (ROOT / constraints).read_text(), re.MULTILINE)
+    assert found, f"{constraints} pins no torch"
+    return Version(found.group(1))
+
+
+def test_the_declared_torch_range_is_the_tested_range():
+    """The core and every plugin declare one torch range; its lower end is what `tox -e torch-lower` pins,
+    and the torch `tox -e torch-newest` pins (and constraints.txt's, CI's) lie inside it (docs/testing.md,
+    "The declared torch range")."""
+    ranges = {"torchdevice": _torch_requirement(_project(ROOT)).specifier}
+    for plugin in PLUGINS:
+        ranges[f"torchdevice-{plugin}"] = _torch_requirement(_project(ROOT / "plugins" / f"torchdevice-{plugin}")).specifier
+    assert len(set(map(str, ranges.values()))) == 1, ranges
+    declared = ranges["torchdevice"]
+    lower = [s for s in declared if s.operator == ">="]
+    assert len(lower) == 1 and any(s.operator == "<" for s in declared), f"torch{declared}: give both ends"
+    assert _pinned("constraints-torch-lower.txt") == Version(lower[0].version)
+    for constraints in ("constraints-torch-newest.txt", "constraints.txt"):
+        assert _pinned(constraints) in declared, (constraints, str(declared))
