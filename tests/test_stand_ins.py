@@ -10,7 +10,6 @@ import types
 
 import torch
 
-import torchdevice
 from torchdevice import translate
 from torchdevice._patching import Patcher
 

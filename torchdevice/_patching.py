@@ -40,7 +40,7 @@ def _looking_like(value: Any, current: Any) -> Any:
     """
     if (isinstance(value, types.FunctionType) and isinstance(current, types.FunctionType)
             and "__wrapped__" in vars(current) and "__wrapped__" not in vars(value)):
-        value.__wrapped__ = current.__wrapped__
+        value.__wrapped__ = current.__wrapped__  # type: ignore[attr-defined]
     return value
 
 
