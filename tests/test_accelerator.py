@@ -112,7 +112,8 @@ def test_device_index_switches_the_current_device_for_its_block(router_state):
             torch.accelerator.set_device_index(0)
 
 
-def test_empty_host_cache_is_a_no_op_on_a_host_target(on_cpu):
+@pytest.mark.cpu_only(reason="a host target's no-op; sim has a host allocator of its own (test_sim_accelerator.py)")
+def test_empty_host_cache_is_a_no_op_on_a_host_target(on_target):
     with torchdevice.patched():
         status, note = getattr(torch.accelerator.empty_host_cache, STATUS_ATTR)
         assert status is Status.NOOP and "host memory" in note
@@ -130,7 +131,7 @@ def test_supported_dtypes_are_those_a_program_can_use(backend):
         assert torch.accelerator.get_device_capability(0) == capability
 
 
-def test_deprecated_spellings_warn_at_the_programs_line_and_answer(on_cpu):
+def test_deprecated_spellings_warn_at_the_programs_line_and_answer(on_target):
     with torchdevice.patched(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         index = torch.accelerator.current_device_idx(); line = sys._getframe().f_lineno  # noqa: E702
@@ -141,20 +142,21 @@ def test_deprecated_spellings_warn_at_the_programs_line_and_answer(on_cpu):
     assert future[0].filename == __file__ and future[0].lineno == line
 
 
-def test_graphs_are_unsupported_like_the_source_familys(on_cpu):
+def test_graphs_are_unsupported_like_the_source_familys(on_target):
     with torchdevice.patched():
         with pytest.raises(torchdevice.UnsupportedError, match="torch.accelerator.Graph.*graphs do not exist"):
             torch.accelerator.Graph()
 
 
-def test_without_report_available_there_is_no_accelerator(on_cpu):
+@pytest.mark.cpu_only(reason="report_available=False hides a host target only; sim is an accelerator whatever the option")
+def test_without_report_available_there_is_no_accelerator(on_target):
     with torchdevice.patched(report_available=False):
         assert torch.accelerator.is_available() is False
         assert torch.accelerator.current_accelerator() is None
         assert torch.accelerator.device_count() == 0
 
 
-def test_the_source_family_names_the_accelerator(on_cpu):
+def test_the_source_family_names_the_accelerator(on_target):
     with torchdevice.patched(source="mps"):
         assert torch.accelerator.current_accelerator() == RealDevice("mps")
         assert torch.accelerator.is_available() and torch.mps.is_available() and not torch.cuda.is_available()
@@ -168,7 +170,7 @@ def _ask_from(filename: str, expression: str):
 
 @pytest.mark.parametrize("inside", ["_inductor/codecache.py", "random.py", "nn/parallel/_functions.py",
                                     "distributed/distributed_c10d.py", "utils/data/dataloader.py"])
-def test_all_of_torch_gets_the_real_answers(on_cpu, inside):
+def test_all_of_torch_gets_the_real_answers(on_target, target, inside):
     native = (torch.accelerator.is_available(), torch.accelerator.current_accelerator(),
               torch.accelerator.device_count())
     filename = os.path.join(TORCH_DIR, *inside.split("/"))
@@ -176,7 +178,7 @@ def test_all_of_torch_gets_the_real_answers(on_cpu, inside):
                   "torch.accelerator.device_count())")
     with torchdevice.patched():
         assert _ask_from(filename, expression) == native
-        assert _ask_from("/home/user/train.py", expression) == (True, RealDevice("cuda"), 1)
+        assert _ask_from("/home/user/train.py", expression) == (True, RealDevice("cuda"), target.count)
 
 
 def test_unpatch_restores_torch_accelerator_exactly(backend):
@@ -240,7 +242,7 @@ def test_the_matrix_lists_torch_accelerator():
     assert matrix.status_for("torch.accelerator.memory.memory_allocated", "cpu")[0] is Status.TRANSLATED
 
 
-def test_a_compiled_function_asking_torch_accelerator_runs_translated(on_cpu):
+def test_a_compiled_function_asking_torch_accelerator_runs_translated(on_target, target):
     with torchdevice.patched():
         def step(x):
             return x * torch.accelerator.device_count() + torch.accelerator.current_device_index()
@@ -248,7 +250,7 @@ def test_a_compiled_function_asking_torch_accelerator_runs_translated(on_cpu):
         compiled = torch.compile(step, backend="eager")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # dynamo's note on the graph break at the boundary's frame check
-            assert torch.equal(compiled(torch.ones(2, device="cuda")), torch.ones(2))
+            assert torch.equal(compiled(torch.ones(2, device="cuda")).cpu(), torch.ones(2) * target.count)
 
 
 def _run(translated: bool, *args: str, backend: str = "cpu") -> dict:

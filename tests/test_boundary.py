@@ -45,7 +45,7 @@ QUERIES = {
 
 
 @pytest.fixture
-def translated(on_cpu):
+def translated(on_target):
     with torchdevice.patched():
         yield
 
@@ -66,14 +66,15 @@ def test_torch_acting_on_the_programs_behalf_keeps_the_translated_answer(transla
     assert _ask_from(os.path.join(TORCH_DIR, "testing", "probe.py"), "torch.cuda.is_available()") is True
 
 
-def test_is_built_agrees_with_is_available_for_the_program_and_is_restored(on_cpu):
+def test_is_built_agrees_with_is_available_for_the_program_and_is_restored(on_target, target):
     real = torch.backends.cuda.is_built
     with torchdevice.patched():
         assert torch.cuda.is_available() and torch.backends.cuda.is_built()
     assert torch.backends.cuda.is_built is real
     with torchdevice.patched(report_available=False):
-        assert not torch.cuda.is_available()
-        assert torch.backends.cuda.is_built() == real()
+        # a host target then claims no device; an accelerator of its own (sim) is one whatever the option
+        assert torch.cuda.is_available() is target.indexed
+        assert torch.backends.cuda.is_built() == (target.indexed or real())
     # only the source family claims a device, and so only its build flag follows
     real_mps = torch.backends.mps.is_built()
     with torchdevice.patched(source="mps"):
@@ -137,16 +138,16 @@ def test_a_program_module_imported_while_translating_sees_the_translation(transl
         sys.modules.pop("user_probe_mod", None)
 
 
-def test_the_import_guard_leaves_with_unpatch(on_cpu):
+def test_the_import_guard_leaves_with_unpatch(on_target):
     with torchdevice.patched():
         assert any(isinstance(f, boundary.TorchImports) for f in sys.meta_path)
     assert not any(isinstance(f, boundary.TorchImports) for f in sys.meta_path)
 
 
-def test_dynamos_tables_hold_torchs_functions_after_compiling_under_translation(on_cpu):
+def test_dynamos_tables_hold_torchs_functions_after_compiling_under_translation(on_target):
     with torchdevice.patched():
         compiled = torch.compile(lambda x: torch.ones(2, device="cuda") + x, backend="eager")
-        assert torch.equal(compiled(torch.zeros(2, device="cuda")), torch.ones(2))
+        assert torch.equal(compiled(torch.zeros(2, device="cuda")).cpu(), torch.ones(2))
     from torch._dynamo import trace_rules
 
     table = trace_rules.get_torch_obj_rule_map()

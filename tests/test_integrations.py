@@ -41,7 +41,7 @@ class FakePlugin:
 
 
 @pytest.fixture
-def fakefw(tmp_path, monkeypatch, on_cpu):
+def fakefw(tmp_path, monkeypatch, on_target):
     pkg = tmp_path / "tdfake_fw"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -55,7 +55,7 @@ def fakefw(tmp_path, monkeypatch, on_cpu):
         sys.modules.pop(name, None)
     importlib.invalidate_caches()
     torchdevice.unpatch()
-    yield on_cpu
+    yield on_target
     torchdevice.unpatch()
     for name in ("tdfake_fw", "tdfake_fw.core"):
         sys.modules.pop(name, None)
@@ -66,7 +66,7 @@ def test_hookspec_is_declared():
     assert hasattr(plugins.pm.hook, "torchdevice_integrations")
 
 
-def test_activation_on_import_and_exact_removal(fakefw):
+def test_activation_on_import_and_exact_removal(fakefw, target):
     fake = FakeIntegration()
     fakefw.register(FakePlugin(fake), name="fakefw-plugin")
     torchdevice.patch()
@@ -75,7 +75,7 @@ def test_activation_on_import_and_exact_removal(fakefw):
     import tdfake_fw.core as core
 
     original = core.Device.__dict__["check"]
-    assert fake.calls == [("tdfake_fw.core", "cpu")]
+    assert fake.calls == [("tdfake_fw.core", target.name)]
     assert core.Device().check("cuda") == "adapted"
     assert integrations.is_active("fakefw")
     assert type(core.__loader__).__name__ != "_Loader" and core.__spec__.loader is core.__loader__
@@ -86,14 +86,14 @@ def test_activation_on_import_and_exact_removal(fakefw):
     assert not integrations.is_active("fakefw")
 
 
-def test_unpatch_restores_identity(fakefw):
+def test_unpatch_restores_identity(fakefw, target):
     import tdfake_fw.core as core
 
     original = core.Device.__dict__["check"]
     fake = FakeIntegration()
     fakefw.register(FakePlugin(fake), name="fakefw-plugin")
     torchdevice.patch()  # already imported: adapted at once
-    assert fake.calls == [("tdfake_fw.core", "cpu")]
+    assert fake.calls == [("tdfake_fw.core", target.name)]
     assert core.Device().check("cuda") == "adapted"
     torchdevice.unpatch()
     assert core.Device.__dict__["check"] is original
@@ -109,7 +109,7 @@ def test_not_active_without_translation(fakefw):
 
 
 @pytest.mark.parametrize("fails", [False, True])
-def test_a_module_still_importing_when_translation_turns_on_is_adapted_when_its_import_ends(fakefw, tmp_path, fails):
+def test_a_module_still_importing_when_translation_turns_on_is_adapted_when_its_import_ends(fakefw, tmp_path, fails, target):
     """Zero-code translation turns on inside `import torch`, which may be the first line of a watched
     module (`from accelerate import Accelerator` first): the module is in sys.modules, half made. It
     is adapted once its import has finished, not then (its classes did not exist yet); an import
@@ -133,7 +133,7 @@ def test_a_module_still_importing_when_translation_turns_on_is_adapted_when_its_
             return
         import tdfake_fw.core as core
     assert not any("integration" in str(w.message) for w in caught), [str(w.message) for w in caught]
-    assert fake.calls == [("tdfake_fw.core", "cpu")] and core.Device().check("cuda") == "adapted"
+    assert fake.calls == [("tdfake_fw.core", target.name)] and core.Device().check("cuda") == "adapted"
     assert integrations.is_active("fakefw") and type(core.__spec__) is importlib.machinery.ModuleSpec
     torchdevice.unpatch()
     assert core.Device().check("cuda") == "native"
@@ -223,7 +223,7 @@ def test_invalid_and_duplicate_integrations_are_problems(fakefw):
     assert integrations._states["lightning"].plugin == "integrations"
 
 
-def test_builtins_come_through_the_hook_and_import_nothing(on_cpu):
+def test_builtins_come_through_the_hook_and_import_nothing(on_target):
     before = set(sys.modules)
     names = [n for n, plugin, _, _ in integrations.states() if plugin == integrations.PLUGIN_NAME]
     assert names == ["accelerate", "lightning", "transformers"]

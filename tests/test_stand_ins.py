@@ -59,7 +59,7 @@ def test_staged_changes_get_it_too():
     patcher.restore()
 
 
-def test_every_replaced_torch_function_that_wraps_keeps_wrapped_while_translating(on_cpu):
+def test_every_replaced_torch_function_that_wraps_keeps_wrapped_while_translating(on_target):
     with translate.patched():
         saved = list(translate._patcher._saved)
         checked = []
@@ -73,7 +73,7 @@ def test_every_replaced_torch_function_that_wraps_keeps_wrapped_while_translatin
         assert "use_mem_pool" in checked  # torch.cuda.use_mem_pool, a context manager, is replaced on cpu
 
 
-def test_torch_compile_of_a_context_manager_under_translation(on_cpu):
+def test_torch_compile_of_a_context_manager_under_translation(on_target):
     """dynamo traces a context manager (it reads torch.cuda.use_mem_pool.__wrapped__ there since torch 2.14)."""
 
     def step(x):

@@ -80,13 +80,15 @@ checked by running them (`tox -e sim`: the plugin's tests, CUDA programs transla
 `torch.compile`).
 
 The core suite's translation tests run with sim as their target too (`tox -e sim` sets
-`TORCHDEVICE_TEST_TARGET=sim`; every core test that takes the `on_target` fixture, 157 of them, with
+`TORCHDEVICE_TEST_TARGET=sim`; every core test that takes the `on_target` fixture, 191 of them, with
 their expectations read from native sim code): device translation and its edges (`test_devices`,
 `test_translation_edges`, `test_device_translation_matches_native`, `test_unpatch`), the fronted
 namespaces (`test_namespaces`, `test_source_family`, `test_device_properties`), `torch.cuda.comm`
 (`test_comm`), `torch.distributed`'s backend argument (`test_distributed`), AMP (`test_amp`), where
 warnings point (`test_warning_sites`), memory figures (`test_memory`), and the events and streams of the
-device-agnostic API (`test_api_cpu`, `test_logical_device_streams`); a test whose expectation holds on
+device-agnostic API (`test_api_cpu`, `test_logical_device_streams`), `torch.accelerator`
+(`test_accelerator`), the import boundary and stand-ins torch's machinery sees (`test_boundary`,
+`test_stand_ins`) and framework integrations (`test_integrations`); a test whose expectation holds on
 the cpu backend only is skipped there with its reason (docs/testing.md).
 
 The cuda, xpu, mtia and mps plugins are built on the same base as sim
