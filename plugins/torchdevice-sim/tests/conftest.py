@@ -3,6 +3,7 @@ translation onto it in a sandbox; programs in fresh processes."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -77,9 +78,33 @@ def run(args: list[str], backend: str | None = None, cwd: Path = REPO) -> subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_BACKEND")}
     if backend is not None:
         env["TORCHDEVICE_BACKEND"] = backend
-    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    env["PYTHONFAULTHANDLER"] = "1"  # a hung program dumps every thread's stack on the SIGABRT below
+    with subprocess.Popen([sys.executable, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = _stacks_of_a_hung_group(process)
+            pytest.fail(f"{' '.join(args)} hung for {TIMEOUT} s; every process's threads at that moment:\n"
+                        f"{stdout[-3000:]}\n{stderr[-20000:]}")
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert done.returncode == 0, f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return done
+
+
+def _stacks_of_a_hung_group(process: subprocess.Popen) -> tuple[str, str]:
+    """SIGABRT to the program's process group (torchrun and its ranks: faulthandler prints each one's
+    threads), then SIGKILL whatever is left; the output collected."""
+    for sig in (signal.SIGABRT, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            continue
+    return process.communicate()
 
 
 def torchrun(args: list[str], backend: str | None = None) -> subprocess.CompletedProcess:
