@@ -253,3 +253,24 @@ def pytest_collection_finish(session):
     if "subprocess" in (session.config.getoption("markexpr") or ""):
         spawning.WATCH.arm(item.nodeid for item in session.items if item.get_closest_marker("subprocess") is None)
 
+
+@pytest.fixture
+def inproc(on_cpu, monkeypatch):
+    """Run ``torchdevice.cli.main([...])`` in this process, putting back what a program run changes
+    (tests of ``torchdevice run`` and ``torchdevice compare``)."""
+    import sys
+
+    from helpers import unset_env
+
+    from torchdevice import cli, translate
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    unset_env(monkeypatch, "TORCHDEVICE_BACKEND", "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")  # run exports them
+    was = translate.is_patched()
+    try:
+        yield cli.main
+    finally:
+        if not was:
+            translate.unpatch()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_torchdevice, unset_env
+from helpers import run_torchdevice
 
 import torchdevice
 from torchdevice.compare import metrics, render, report, wholerun
@@ -126,23 +125,6 @@ def test_report_markdown_and_html(tmp_path):
 
 
 # -- the command -----------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def inproc(on_cpu, monkeypatch):
-    """``torchdevice.cli.main([...])`` in this process, putting back what a program run changes."""
-    from torchdevice import cli, translate
-
-    monkeypatch.setattr(sys, "argv", list(sys.argv))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
-    unset_env(monkeypatch, "TORCHDEVICE_BACKEND", "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")
-    was = translate.is_patched()
-    try:
-        yield cli.main
-    finally:
-        if not was:
-            translate.unpatch()
-
 
 @needs_mlx
 def test_clean_program_has_no_divergence(inproc, tmp_path, capsys):

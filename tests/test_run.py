@@ -98,23 +98,6 @@ def results(programs):
     return run_concurrently(jobs)
 
 
-@pytest.fixture
-def inproc(on_cpu, monkeypatch):
-    """Run ``torchdevice.cli.main([...])`` in this process, putting back what a program run changes."""
-    from torchdevice import cli, translate
-
-    monkeypatch.setattr(sys, "argv", list(sys.argv))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
-    unset_env(monkeypatch, "TORCHDEVICE_BACKEND", "TORCHDEVICE_SOURCE", "TORCHDEVICE_DEVICE_COUNT")  # run exports them
-    was = translate.is_patched()
-    try:
-        yield cli.main
-    finally:
-        if not was:
-            translate.unpatch()
-
-
 def test_script_sees_python_semantics(results, programs):
     r = results["script"]
     assert r.returncode == 0, r
