@@ -45,6 +45,12 @@ def _base(tensor: MLXTensor) -> MLXTensor:
     return tensor._base_t if tensor._base_t is not None else tensor
 
 
+def _storage_bytes(tensor: MLXTensor) -> int:
+    """The bytes of the storage ``tensor`` views: its base's."""
+    base = _base(tensor)
+    return base.numel() * base.element_size()
+
+
 def host_alias(tensor: MLXTensor, bases: dict[int, torch.Tensor]) -> torch.Tensor:
     """A host tensor with ``tensor``'s values over the host copy of its base kept in ``bases`` (made once per
     base): same size, stride and storage offset as ``tensor``, so aliasing is what torch's would be."""
@@ -95,8 +101,7 @@ def _storage_size(original: Callable[[torch.Tensor], int]) -> Callable[[torch.Te
     @functools.wraps(original)
     def storage_size(tensor: torch.Tensor) -> int:
         if isinstance(tensor, MLXTensor):
-            base = _base(tensor)
-            return base.numel() * base.element_size()
+            return _storage_bytes(tensor)
         return original(tensor)
 
     return storage_size
@@ -108,8 +113,7 @@ def _storage_id(original: Callable[[torch.Tensor], tuple]) -> Callable[[torch.Te
     @functools.wraps(original)
     def id_tensor_storage(tensor: torch.Tensor) -> tuple:
         if isinstance(tensor, MLXTensor):
-            base = _base(tensor)
-            return tensor.device, id(base), base.numel() * base.element_size()
+            return tensor.device, id(_base(tensor)), _storage_bytes(tensor)
         return original(tensor)
 
     return id_tensor_storage
