@@ -319,6 +319,7 @@ def test_current_stream_is_per_thread(patched):
 def test_record_stream_accepts_the_backends_streams(patched):
     side = torch.cuda.Stream()
     x = torch.ones(4, device="cuda")
+    side.wait_stream(torch.cuda.current_stream())  # x is written on the default stream (sim caught the race)
     with torch.cuda.stream(side):
         y = x * 2
     torch.cuda.current_stream().wait_stream(side)

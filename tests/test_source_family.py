@@ -282,6 +282,7 @@ def work(rank, queue):
     torch.cuda.set_device(rank)
     t = torch.ones(2, device=f"cuda:{rank}") * rank
     s = torch.cuda.Stream(device=rank)
+    s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         total = t.sum().item()
     queue.put([rank, torch.cuda.current_device(), torch.cuda.device_count(), s.device_index, total])

@@ -257,6 +257,7 @@ def test_wait_stream_and_wait_event_order_two_queues(synced):
     side = synced.Stream()
     clock = synced.get_device_properties(0).clock_rate
     x = torch.ones(100, device="sim")
+    side.wait_stream(synced.current_stream())  # x is written on the default stream
     with synced.stream(side):
         synced._sleep(int(clock * 150))
         y = x * 3
@@ -271,6 +272,25 @@ def test_wait_stream_and_wait_event_order_two_queues(synced):
     v = w + 1  # queued on the default stream behind the event
     assert not event.query()
     assert torch.equal(v.cpu(), torch.full((100,), 6.0)) and event.query()
+
+
+def test_a_missing_wait_stream_reads_data_not_yet_written_as_on_a_gpu(synced):
+    # The race a CPU backend hides: work on a side stream does not wait for the default stream unless told.
+    clock = synced.get_device_properties(0).clock_rate
+    x = torch.zeros(100, device="sim")
+    synced.synchronize()
+    synced._sleep(int(clock * 400))  # the default stream is busy...
+    x.fill_(1.0)  # ...so this write is still queued
+    side = synced.Stream()
+    with synced.stream(side):
+        racy = x * 2  # no side.wait_stream(): reads x before the fill
+    side.synchronize()
+    assert torch.equal(racy.cpu(), torch.zeros(100))
+    side.wait_stream(synced.current_stream())
+    with synced.stream(side):
+        ordered = x * 2
+    synced.current_stream().wait_stream(side)
+    assert torch.equal(ordered.cpu(), torch.full((100,), 2.0))
 
 
 def test_non_blocking_copy_to_pinned_memory_is_asynchronous(synced):
