@@ -156,6 +156,21 @@ def test_dynamos_tables_hold_torchs_functions_after_compiling_under_translation(
     assert torch.Tensor.to in trace_rules.get_tensor_method()
 
 
+def test_dynamos_tables_hold_torchs_functions_after_init_process_group_cleared_them(on_target):
+    import torch.distributed as dist
+    from torch._dynamo import trace_rules
+
+    with torchdevice.patched():
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)  # clears dynamo's caches
+        try:
+            compiled = torch.compile(lambda x: torch.ones(2, device="cuda") + x, backend="eager")
+            assert torch.equal(compiled(torch.zeros(2, device="cuda")).cpu(), torch.ones(2))
+        finally:
+            dist.destroy_process_group()
+    assert torch.ones in trace_rules.get_torch_obj_rule_map()
+    assert torch.Tensor.to in trace_rules.get_tensor_method()
+
+
 def _run(program: str, translated: bool, tmp_path: Path, name: str):
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{name}")}
     if translated:

@@ -171,19 +171,29 @@ WARMERS: dict[str, Callable[[Any], object]] = {
     # dynamo's table of torch functions to put in graphs (by identity) and of Tensor's builtin methods
     "torch._dynamo.trace_rules": lambda m: (m.get_torch_obj_rule_map(), m.get_tensor_method()),
 }
-_warmed: set[str] = set()
 
 
 def warm() -> None:
-    """Fill the caches of :data:`WARMERS` whose modules are loaded; call with torch unpatched."""
+    """Fill the caches of :data:`WARMERS` whose modules are loaded; call with torch unpatched. A filled
+    cache is left as it is (they are ``functools.lru_cache``s), an emptied one is filled again."""
     for name, fill in WARMERS.items():
         module = sys.modules.get(name)
-        if name not in _warmed and module is not None and hasattr(module, "__file__"):
+        if module is not None and hasattr(module, "__file__"):
             try:
                 fill(module)
             except AttributeError:
                 continue  # the module is still being imported (a cycle): filled at the next import
-            _warmed.add(name)
+
+
+def rewarm() -> None:
+    """Fill :data:`WARMERS`' caches again, torch unpatched, after torch code run while translating emptied
+    them: ``init_process_group`` clears dynamo's trace rules, which dynamo would then refill with ours."""
+    guard = _guard
+    if guard is None:
+        warm()
+        return
+    guard.enter()
+    guard.leave()  # the last leave warms, before torch is patched again
 
 
 _guard: TorchImports | None = None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from .. import boundary
 from ..errors import UnsupportedError
 from .arguments import _ddp_index, _state, map_backend, map_device_id
 
@@ -38,7 +39,11 @@ def _wrap_group_factory(orig: _Fn, what: str, *, has_device_id: bool = False) ->
             arguments["device_id"] = device_id = map_device_id(device_id)
         if "backend" in sig.parameters:
             arguments["backend"] = map_backend(arguments.get("backend"), device_id, what)
-        return orig(*bound.args, **bound.kwargs)
+        try:
+            return orig(*bound.args, **bound.kwargs)
+        finally:
+            if what == "init_process_group":
+                boundary.rewarm()  # it clears dynamo's caches of torch functions (distributed_c10d)
 
     return _marked(wrapper, orig)
 
