@@ -3,7 +3,8 @@
 # its own environment (core + the five plugins + mlx[cpu], torch==2.13.0 from constraints.txt)
 # and runs pytest over tests/ and plugins/.
 #
-#   bash scripts/test.sh                       # the whole suite (what .ci/run runs)
+#   bash scripts/test.sh                       # the whole suite (what .ci/run runs): lint and py311,
+#                                              # with packaging beside them (tox -e packaging)
 #   bash scripts/test.sh -- -k router -x       # arguments after -- go to pytest
 #   bash scripts/test.sh -e packaging          # other arguments go to tox
 #
@@ -26,8 +27,27 @@ if ! "$tools/bin/python" -m tox --version >/dev/null 2>&1; then
 fi
 
 set +e
-"$tools/bin/python" -m tox "$@"
-rc=$?
+if [ "$#" -eq 0 ]; then
+    # The whole suite (CI). packaging builds wheels and fresh venvs, one process at a time, so it runs
+    # beside lint and py311 (whose pytest keeps every core busy) instead of after them; its output is
+    # printed after theirs, and either failing fails the run.
+    mkdir -p "$root/.tox"
+    log="$root/.tox/packaging.log"
+    "$tools/bin/python" -m tox -e packaging >"$log" 2>&1 &
+    packaging=$!
+    trap 'kill "$packaging" 2>/dev/null' EXIT
+    "$tools/bin/python" -m tox -e lint,py311
+    rc=$?
+    wait "$packaging"
+    packaging_rc=$?
+    trap - EXIT
+    echo "scripts/test.sh: tox -e packaging ran beside lint and py311; its output:"
+    cat "$log"
+    if [ "$rc" -eq 0 ]; then rc=$packaging_rc; fi
+else
+    "$tools/bin/python" -m tox "$@"
+    rc=$?
+fi
 set -e
 if [ "$rc" -eq 5 ]; then
     # pytest's "no tests collected": a suite that ran nothing did not pass.
