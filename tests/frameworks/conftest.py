@@ -1,6 +1,6 @@
 """``--all``: also run the framework tests marked ``frameworks_full`` (``tox -e frameworks -- --all``).
 
-Without it those tests are skipped, so CI (``tox -e frameworks`` in the default env list) runs a
+Without it those tests are skipped, so CI (the ``py311`` env, which installs the frameworks) runs a
 subset that covers each claim once. The option exists when pytest is pointed at this directory
 (``pytest tests/frameworks --all``), as tox does.
 """

@@ -1,9 +1,10 @@
 """CUDA-written framework programs run unmodified through ``python -m torchdevice run`` on the CPU
 backend, compared with native CPU runs of the same scripts where one exists.
 
-Each framework's tests skip when it is not installed; ``tox -e frameworks`` installs
-lightning==2.6.6, accelerate==1.15.0, transformers==5.23.0 and diffusers==0.42.1 (torch 2.13.0) and runs this file
-with ``TORCHDEVICE_FRAMEWORK_TESTS=1``, where a framework that does not import fails instead.
+Each framework's tests skip when it is not installed; the ``py311`` env (CI) and ``tox -e frameworks``
+install lightning==2.6.6, accelerate==1.15.0, transformers==5.23.0, peft==0.21.2 and diffusers==0.42.1
+(torch 2.13.0) and run this file with ``TORCHDEVICE_FRAMEWORK_TESTS=1``, where a framework that does not
+import fails instead.
 The scripts are in this directory; each writes what it saw as JSON. Every run is a subprocess
 (about 4-5 s each on the reference machine, 8-10 s for two DDP ranks).
 
@@ -12,7 +13,7 @@ CPU accelerator runs ``16-mixed`` as bfloat16, accelerate and Trainer drop fp16 
 reference is the script's ``--oracle`` mode: the same loop hand-ported to plain torch with
 ``autocast("cpu", float16)`` and ``GradScaler("cpu")``, no framework, no torchdevice.
 
-CI (``tox -e frameworks``, in tox's default env list) runs a subset that covers every claim once;
+CI (the ``py311`` env's pytest, beside the rest of the suite) runs a subset that covers every claim once;
 ``tox -e frameworks -- --all`` also runs the tests marked ``frameworks_full`` (more accelerator x
 devices combinations, the other DDP launch paths, Fabric DDP): about twice as long.
 
@@ -32,12 +33,12 @@ import pytest
 from helpers import run_command
 
 HERE = Path(__file__).parent
-ENV_FLAG = "TORCHDEVICE_FRAMEWORK_TESTS"  # "1" in `tox -e frameworks`: a framework missing there fails, never skips
+ENV_FLAG = "TORCHDEVICE_FRAMEWORK_TESTS"  # "1" in py311 and frameworks: a framework missing there fails, never skips
 
 
 def need(module: str):
     """Import ``module``; skip the test when it is not installed, unless ``TORCHDEVICE_FRAMEWORK_TESTS=1``
-    says the frameworks must be there (``tox -e frameworks``): then a missing one is a failure."""
+    says the frameworks must be there (the ``py311`` and ``frameworks`` envs): then a missing one is a failure."""
     if os.environ.get(ENV_FLAG) == "1":
         return __import__(module)
     return pytest.importorskip(module)

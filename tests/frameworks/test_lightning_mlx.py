@@ -19,7 +19,7 @@ from torchdevice.testing import router_sandbox
 
 
 def _need(module: str) -> Any:
-    """``module``, or a skip; in ``tox -e frameworks`` (TORCHDEVICE_FRAMEWORK_TESTS=1) a missing one fails."""
+    """``module``, or a skip; in the py311 and frameworks envs (TORCHDEVICE_FRAMEWORK_TESTS=1) a missing one fails."""
     if os.environ.get("TORCHDEVICE_FRAMEWORK_TESTS") == "1":
         return __import__(module)
     return pytest.importorskip(module)
