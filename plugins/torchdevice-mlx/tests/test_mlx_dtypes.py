@@ -3,7 +3,8 @@
 ``torch.ones(3, dtype=torch.uint64, device="cuda")`` raised a bare ``KeyError`` on the mlx backend: the
 dtype table had no uint16/uint32/uint64 (MLX has all three; ``distributed``'s table had them). And a
 dtype MLX lacks was narrowed without a word (complex128 became complex64 through MLX's DLPack import).
-The unsigned cases run natively on the CPU and translated on mlx, and are compared.
+The unsigned cases run natively on the CPU and translated on mlx (the ``native_and_mlx`` fixture), and are
+compared.
 """
 from __future__ import annotations
 
@@ -22,21 +23,12 @@ from torchdevice_mlx.mlxtensor import MLXTensor
 UNSIGNED = [torch.uint16, torch.uint32, torch.uint64]
 
 
-def _both(program: Callable[[str], Any]) -> tuple[Any, Any]:
-    torch.manual_seed(0)
-    native = program("cpu")
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        torch.manual_seed(0)
-        translated = program("cuda")
-    return native, translated
-
-
 def _largest(dtype: torch.dtype) -> int:
     return {torch.uint16: 2**16 - 1, torch.uint32: 2**32 - 1, torch.uint64: 2**64 - 1}[dtype]
 
 
 @pytest.mark.parametrize("dtype", UNSIGNED, ids=str)
-def test_unsigned_tensors_on_the_device_as_natively(dtype: torch.dtype) -> None:
+def test_unsigned_tensors_on_the_device_as_natively(dtype: torch.dtype, native_and_mlx: Callable[..., Any]) -> None:
     # only ops torch's CPU kernels have for these dtypes (no add, arange or max there)
     def program(device: str) -> dict[str, Any]:
         ones = torch.ones(3, dtype=dtype, device=device)
@@ -49,7 +41,7 @@ def test_unsigned_tensors_on_the_device_as_natively(dtype: torch.dtype) -> None:
         out["tolist"] = big.tolist()
         return out
 
-    native, translated = _both(program)
+    native, translated = native_and_mlx(program)
     assert translated.keys() == native.keys()
     for name, want in native.items():
         if name == "tolist":

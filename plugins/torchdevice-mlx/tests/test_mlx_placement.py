@@ -36,17 +36,6 @@ class Rank(enum.IntEnum):
     ZERO = 0
 
 
-def _native(make: Callable[[object], torch.Tensor]) -> torch.Tensor:
-    torch.manual_seed(0)
-    return make("cpu")
-
-
-def _translated(make: Callable[[object], torch.Tensor], device: object) -> torch.Tensor:
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        torch.manual_seed(0)
-        return make(device)
-
-
 PLACEMENTS: dict[str, Callable[[object], torch.Tensor]] = {
     "factory": lambda d: torch.ones(2, 3, device=d),
     "random factory": lambda d: torch.randn(4, device=d),
@@ -60,9 +49,8 @@ PLACEMENTS: dict[str, Callable[[object], torch.Tensor]] = {
 
 @pytest.mark.parametrize("device", [0, np.int64(0), Rank.ZERO], ids=["int", "numpy int", "IntEnum"])
 @pytest.mark.parametrize("case", list(PLACEMENTS))
-def test_bare_ordinals_place_on_mlx(case: str, device: object):
-    expected = _native(PLACEMENTS[case])
-    got = _translated(PLACEMENTS[case], device)
+def test_bare_ordinals_place_on_mlx(case: str, device: object, native_and_mlx):
+    expected, got = native_and_mlx(PLACEMENTS[case], device=device)
     assert isinstance(got, MLXTensor), f"{case} with device={device!r} left a {type(got).__name__} on the host"
     torch.testing.assert_close(got.cpu(), expected)
 
@@ -226,9 +214,8 @@ MORE_FACTORIES: dict[str, Callable[[object], torch.Tensor]] = {
 
 
 @pytest.mark.parametrize("case", list(MORE_FACTORIES))
-def test_every_translated_factory_places_on_mlx(case: str):
-    expected = _native(MORE_FACTORIES[case])
-    got = _translated(MORE_FACTORIES[case], "cuda")
+def test_every_translated_factory_places_on_mlx(case: str, native_and_mlx):
+    expected, got = native_and_mlx(MORE_FACTORIES[case])
     assert isinstance(got, MLXTensor), f"torch.{case}(device='cuda') left a {type(got).__name__} on the host"
     torch.testing.assert_close(got.cpu(), expected)
 
@@ -375,10 +362,8 @@ def _sparse_op(case: str, device: str) -> tuple[str, object]:
 
 
 @pytest.mark.parametrize("case", list(SPARSE_OPS))
-def test_ops_mixing_a_moved_sparse_tensor_and_mlx_tensors_are_torchs(case: str):
-    native = _sparse_op(case, "cpu")
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        translated = _sparse_op(case, "cuda")
+def test_ops_mixing_a_moved_sparse_tensor_and_mlx_tensors_are_torchs(case: str, native_and_mlx):
+    native, translated = native_and_mlx(lambda device: _sparse_op(case, device))
     if native[0] == "raises":
         assert translated == native
     else:
@@ -387,7 +372,6 @@ def test_ops_mixing_a_moved_sparse_tensor_and_mlx_tensors_are_torchs(case: str):
 
 
 def _sparse_embedding_steps(device: str) -> tuple[list[float], torch.Tensor]:
-    torch.manual_seed(0)
     model = nn.Embedding(10, 3, sparse=True).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     ids, losses = torch.tensor([1, 2, 2, 5], device=device), []
@@ -401,10 +385,8 @@ def _sparse_embedding_steps(device: str) -> tuple[list[float], torch.Tensor]:
     return losses, model.weight.detach().cpu()
 
 
-def test_sparse_embedding_gradients_train_as_natively():
+def test_sparse_embedding_gradients_train_as_natively(native_and_mlx):
     """``nn.Embedding(sparse=True)``'s gradient is sparse (made by a host op): it stays on the host."""
-    native = _sparse_embedding_steps("cpu")
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        losses, weight = _sparse_embedding_steps("cuda")
+    native, (losses, weight) = native_and_mlx(_sparse_embedding_steps)
     assert losses == pytest.approx(native[0], rel=1e-6)
     torch.testing.assert_close(weight, native[1])
