@@ -149,3 +149,23 @@ def test_a_kept_maker_is_the_code_its_source_compiles_to():
         assert [c.co_code for c in inner] == [c.co_code for c in kept_inner]
         assert [c.co_varnames for c in inner] == [c.co_varnames for c in kept_inner]
         assert compiled.__code__.co_varnames == kept.__code__.co_varnames
+
+
+def test_type_hints_of_makers_and_what_they_make_resolve():
+    """A maker's annotations are strings (``Any``, ``Callable[..., object]``): the names must be its globals, as
+    they are in _forwarding_made, or ``typing.get_type_hints`` raises NameError."""
+    import typing
+
+    from torchdevice._forwarding_made import MADE
+
+    body = "    return target({args})\n    # type-hints test\n"  # a body nothing else uses: compiled here
+    shape, defaults = forwarding.shape_of(_every_kind)
+    make = forwarding.maker(body, ("target",), shape, "<test>")
+    (compiled,) = [fn for (source, _, _), fn in forwarding._compiled.items() if source == body]
+    for kept_or_compiled in [compiled, *MADE.values()]:
+        hints = typing.get_type_hints(kept_or_compiled)
+        assert hints["return"] == typing.Callable[..., object]
+        assert set(hints) - {"return"} == set(inspect.signature(kept_or_compiled).parameters)
+    assert typing.get_type_hints(compiled(_every_kind))["return"] is object  # the function a compiled maker returns
+    assert typing.get_type_hints(make)["return"] is forwarding.types.FunctionType
+    assert typing.get_type_hints(make(_every_kind, *defaults)) == {}  # a made function shows none (the maker clears them)

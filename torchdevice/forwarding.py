@@ -188,7 +188,8 @@ def _compile(body: str, names: tuple[str, ...], shape: Shape, filename: str) -> 
     if made is not None:
         return made
     compiled_sources.append(source)
-    scope: dict[str, Any] = {}
+    # the names its annotations use are its globals, as they are _forwarding_made's: typing.get_type_hints reads them
+    scope: dict[str, Any] = {"Any": Any, "Callable": Callable}
     exec(compile(source, filename, "exec", flags=_ANNOTATIONS), scope)  # noqa: S102
     return scope["make"]
 

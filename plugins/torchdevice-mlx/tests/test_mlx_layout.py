@@ -14,8 +14,6 @@ import pytest
 import torch
 from torch import nn
 
-import torchdevice
-from torchdevice.testing import router_sandbox
 from torchdevice_mlx.mlxtensor import MLXTensor
 
 CL, CL3 = torch.channels_last, torch.channels_last_3d
@@ -34,15 +32,6 @@ CASES: dict[str, Callable[[str], torch.Tensor]] = {
 }
 
 
-def _both(program: Callable[[str], Any]) -> tuple[Any, Any]:
-    torch.manual_seed(0)
-    native = program("cpu")
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        torch.manual_seed(0)
-        translated = program("cuda")
-    return native, translated
-
-
 def _describe(t: torch.Tensor) -> dict[str, Any]:
     formats = {CL: 4, CL3: 5}
     return {"stride": t.stride(), "contiguous": t.is_contiguous(),
@@ -50,12 +39,12 @@ def _describe(t: torch.Tensor) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_memory_format_as_native(name: str) -> None:
+def test_memory_format_as_native(name: str, native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str) -> tuple[dict[str, Any], torch.Tensor, bool]:
         t = CASES[name](device)
         return _describe(t), t.cpu(), isinstance(t, MLXTensor)
 
-    (want, want_values, _), (got, got_values, is_mlx) = _both(program)
+    (want, want_values, _), (got, got_values, is_mlx) = native_and_mlx(program)
     assert is_mlx
     assert got == want
     assert torch.equal(got_values, want_values)
@@ -78,8 +67,8 @@ def _train(device: str, moved_first: bool) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("moved_first", [True, False], ids=["to(device) then format", "format then to(device)"])
-def test_channels_last_training_matches_native(moved_first: bool) -> None:
-    native, translated = _both(lambda d: _train(d, moved_first))
+def test_channels_last_training_matches_native(moved_first: bool, native_and_mlx: Callable[..., Any]) -> None:
+    native, translated = native_and_mlx(lambda d: _train(d, moved_first))
     assert translated["layout"] == native["layout"]
     assert translated["layout"][str(CL)]
     assert translated["losses"] == pytest.approx(native["losses"], rel=1e-4)

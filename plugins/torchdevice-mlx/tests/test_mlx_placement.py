@@ -36,17 +36,6 @@ class Rank(enum.IntEnum):
     ZERO = 0
 
 
-def _native(make: Callable[[object], torch.Tensor]) -> torch.Tensor:
-    torch.manual_seed(0)
-    return make("cpu")
-
-
-def _translated(make: Callable[[object], torch.Tensor], device: object) -> torch.Tensor:
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        torch.manual_seed(0)
-        return make(device)
-
-
 PLACEMENTS: dict[str, Callable[[object], torch.Tensor]] = {
     "factory": lambda d: torch.ones(2, 3, device=d),
     "random factory": lambda d: torch.randn(4, device=d),
@@ -60,9 +49,8 @@ PLACEMENTS: dict[str, Callable[[object], torch.Tensor]] = {
 
 @pytest.mark.parametrize("device", [0, np.int64(0), Rank.ZERO], ids=["int", "numpy int", "IntEnum"])
 @pytest.mark.parametrize("case", list(PLACEMENTS))
-def test_bare_ordinals_place_on_mlx(case: str, device: object):
-    expected = _native(PLACEMENTS[case])
-    got = _translated(PLACEMENTS[case], device)
+def test_bare_ordinals_place_on_mlx(case: str, device: object, native_and_mlx):
+    expected, got = native_and_mlx(PLACEMENTS[case], device=device)
     assert isinstance(got, MLXTensor), f"{case} with device={device!r} left a {type(got).__name__} on the host"
     torch.testing.assert_close(got.cpu(), expected)
 
@@ -226,9 +214,8 @@ MORE_FACTORIES: dict[str, Callable[[object], torch.Tensor]] = {
 
 
 @pytest.mark.parametrize("case", list(MORE_FACTORIES))
-def test_every_translated_factory_places_on_mlx(case: str):
-    expected = _native(MORE_FACTORIES[case])
-    got = _translated(MORE_FACTORIES[case], "cuda")
+def test_every_translated_factory_places_on_mlx(case: str, native_and_mlx):
+    expected, got = native_and_mlx(MORE_FACTORIES[case])
     assert isinstance(got, MLXTensor), f"torch.{case}(device='cuda') left a {type(got).__name__} on the host"
     torch.testing.assert_close(got.cpu(), expected)
 
@@ -302,3 +289,104 @@ def test_host_placements_are_listed_by_the_run_report(tmp_path):
     assert done.stderr.count("HostPlacementWarning") == 1
     sections = json.loads(report.read_text())["sections"]
     assert sections["mlx: device placements left on the host (plain CPU tensors)"] == {"torch.sparse_coo_tensor(device=)": 1}
+
+
+# -- a sparse tensor moved to the device: left on the host as a factory's is, and its ops are torch's -------------
+
+SPARSE_MOVES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "Tensor.to(device)": lambda s: s.to("cuda"),
+    "Tensor.cuda()": lambda s: s.cuda(),
+    "Module.to(device)": lambda s: _holding(s).to("cuda").sparse,
+}
+
+
+def _holding(sparse: torch.Tensor) -> nn.Module:
+    module = nn.Linear(2, 2)
+    module.register_buffer("sparse", sparse)
+    return module
+
+
+@pytest.mark.parametrize("api", list(SPARSE_MOVES))
+def test_a_sparse_tensor_moved_to_the_device_stays_on_the_host_and_warns(mlx_cuda, api: str):
+    from torchdevice_mlx.translation import HostPlacementWarning, host_placements, reset_host_placements
+
+    reset_host_placements()
+    dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+    warned = [f"torchdevice mlx: {api} made a torch.sparse_coo tensor for the program's device that MLX cannot hold; "
+              "it stays a plain host tensor and its ops run in torch on the CPU"]
+    for sparse, warns in [(dense.to_sparse(), warned), (dense.to_sparse_csr(), [])]:  # a warning once per api
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            moved = SPARSE_MOVES[api](sparse)
+        assert [str(w.message) for w in caught if w.category is HostPlacementWarning] == warns
+        assert not isinstance(moved, MLXTensor) and moved.layout == sparse.layout
+        torch.testing.assert_close(moved.to_dense(), dense)
+    assert host_placements() == {api: 2}
+
+
+def test_a_module_with_a_sparse_buffer_moves_its_dense_parameters_to_mlx(mlx_cuda):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = _holding(torch.eye(2).to_sparse()).cuda()
+    assert isinstance(module.weight, MLXTensor) and isinstance(module.bias, MLXTensor)
+    assert module.sparse.is_sparse and not isinstance(module.sparse, MLXTensor)
+
+
+SPARSE_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "dense + sparse": lambda s, d, e: d + s,
+    "dense - sparse": lambda s, d, e: d - s,
+    "add_ into dense": lambda s, d, e: d.clone().add_(s),
+    "dense * sparse (sparse)": lambda s, d, e: d * s,
+    "sparse @ dense": lambda s, d, e: s @ e,
+    "sparse @ vector": lambda s, d, e: s @ e[:, 0],
+    "addmm": lambda s, d, e: torch.addmm(torch.ones(2, 2, device=d.device), s, e),
+    "torch.sparse.mm": lambda s, d, e: torch.sparse.mm(s, e),
+    "dense @ sparse.t()": lambda s, d, e: e.t() @ s.t(),
+    "sparse + dense (torch refuses)": lambda s, d, e: s + d,
+    "dense.copy_(sparse) (torch refuses)": lambda s, d, e: torch.zeros(2, 3, device=d.device).copy_(s),
+}
+
+
+def _sparse_op(case: str, device: str) -> tuple[str, object]:
+    indices, values = torch.tensor([[0, 1, 1], [2, 0, 2]]), torch.tensor([3.0, 4.0, 5.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = torch.sparse_coo_tensor(indices, values, (2, 3)).to(device)
+    d, e = torch.arange(6.0).reshape(2, 3).to(device), torch.arange(6.0).reshape(3, 2).to(device)
+    try:
+        out = SPARSE_OPS[case](s, d, e)
+    except RuntimeError as exc:  # torch's own error, as natively
+        return "raises", str(exc).splitlines()[0]
+    on_mlx = isinstance(out, MLXTensor)
+    return str(out.layout), (out.to_dense() if out.is_sparse else out).cpu().tolist(), on_mlx
+
+
+@pytest.mark.parametrize("case", list(SPARSE_OPS))
+def test_ops_mixing_a_moved_sparse_tensor_and_mlx_tensors_are_torchs(case: str, native_and_mlx):
+    native, translated = native_and_mlx(lambda device: _sparse_op(case, device))
+    if native[0] == "raises":
+        assert translated == native
+    else:
+        assert translated[:2] == native[:2]
+        assert translated[2] == (native[0] == "torch.strided")  # a dense result is an MLX tensor
+
+
+def _sparse_embedding_steps(device: str) -> tuple[list[float], torch.Tensor]:
+    model = nn.Embedding(10, 3, sparse=True).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ids, losses = torch.tensor([1, 2, 2, 5], device=device), []
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = model(ids).square().sum()
+        loss.backward()
+        assert model.weight.grad is not None and model.weight.grad.is_sparse
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, model.weight.detach().cpu()
+
+
+def test_sparse_embedding_gradients_train_as_natively(native_and_mlx):
+    """``nn.Embedding(sparse=True)``'s gradient is sparse (made by a host op): it stays on the host."""
+    native, (losses, weight) = native_and_mlx(_sparse_embedding_steps)
+    assert losses == pytest.approx(native[0], rel=1e-6)
+    torch.testing.assert_close(weight, native[1])

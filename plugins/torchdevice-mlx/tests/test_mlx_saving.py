@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -26,18 +27,6 @@ def _has(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def _both(program: Callable[[str, Path], dict[str, torch.Tensor]], tmp_path: Path) -> tuple[dict, dict]:
-    """``program(device, folder)`` run natively on the CPU and translated on mlx (``"cuda"``), same seed."""
-    torch.manual_seed(0)
-    (tmp_path / "native").mkdir()
-    native = program("cpu", tmp_path / "native")
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        torch.manual_seed(0)
-        (tmp_path / "mlx").mkdir()
-        translated = program("cuda", tmp_path / "mlx")
-    return native, translated
-
-
 def _assert_same(native: dict[str, torch.Tensor], translated: dict[str, torch.Tensor]) -> None:
     assert sorted(translated) == sorted(native)
     for name, value in native.items():
@@ -50,7 +39,7 @@ def _tied(device: str) -> nn.Module:
     return model.to(device)
 
 
-def test_save_file_and_save_model_write_native_files(tmp_path: Path) -> None:
+def test_save_file_and_save_model_write_native_files(tmp_path: Path, native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str, folder: Path) -> dict[str, torch.Tensor]:
         model = _tied(device)
         if device == "cuda":
@@ -65,12 +54,12 @@ def test_save_file_and_save_model_write_native_files(tmp_path: Path) -> None:
         loaded.update(safetensors_torch.load(blob))
         return loaded
 
-    native, translated = _both(program, tmp_path)
+    native, translated = native_and_mlx(program, tmp_path)
     assert "2.weight" not in native and "0.weight" in native  # save_model kept one of the tied pair
     _assert_same(native, translated)
 
 
-def test_shared_tensors_are_refused_as_natively(tmp_path: Path) -> None:
+def test_shared_tensors_are_refused_as_natively(tmp_path: Path, native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str, folder: Path) -> dict[str, torch.Tensor]:
         with pytest.raises(RuntimeError, match="share memory"):
             safetensors_torch.save_file(_tied(device).state_dict(), str(folder / "x.safetensors"))
@@ -79,10 +68,10 @@ def test_shared_tensors_are_refused_as_natively(tmp_path: Path) -> None:
             safetensors_torch.save_file({"x": x, "rows": x[1:]}, str(folder / "y.safetensors"))
         return {}
 
-    _both(program, tmp_path)
+    native_and_mlx(program, tmp_path)
 
 
-def test_load_file_onto_the_device_roundtrips(tmp_path: Path) -> None:
+def test_load_file_onto_the_device_roundtrips(tmp_path: Path, native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str, folder: Path) -> dict[str, torch.Tensor]:
         model = _tied(device)
         safetensors_torch.save_model(model, str(folder / "m.safetensors"))
@@ -91,7 +80,7 @@ def test_load_file_onto_the_device_roundtrips(tmp_path: Path) -> None:
             assert all(isinstance(v, MLXTensor) for v in loaded.values())
         return {k: v.cpu() for k, v in loaded.items()}
 
-    _assert_same(*_both(program, tmp_path))
+    _assert_same(*native_and_mlx(program, tmp_path))
 
 
 def test_integration_is_mlx_only_and_undone() -> None:
@@ -111,7 +100,7 @@ def _tiny_gpt2(device: str) -> nn.Module:
 
 
 @pytest.mark.skipif(not _has("transformers"), reason="transformers is not installed")
-def test_transformers_save_pretrained(tmp_path: Path) -> None:
+def test_transformers_save_pretrained(tmp_path: Path, native_and_mlx: Callable[..., Any]) -> None:
     from transformers import GPT2LMHeadModel
 
     def program(device: str, folder: Path) -> dict[str, torch.Tensor]:
@@ -124,11 +113,11 @@ def test_transformers_save_pretrained(tmp_path: Path) -> None:
             assert torch.equal(reloaded.state_dict()[name].cpu(), value.cpu()), name
         return saved
 
-    _assert_same(*_both(program, tmp_path))
+    _assert_same(*native_and_mlx(program, tmp_path))
 
 
 @pytest.mark.skipif(not (_has("transformers") and _has("peft")), reason="transformers and peft are not installed")
-def test_peft_save_pretrained(tmp_path: Path) -> None:
+def test_peft_save_pretrained(tmp_path: Path, native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str, folder: Path) -> dict[str, torch.Tensor]:
         from peft import LoraConfig, get_peft_model
 
@@ -137,13 +126,13 @@ def test_peft_save_pretrained(tmp_path: Path) -> None:
         model.save_pretrained(folder)
         return safetensors_torch.load_file(str(folder / "adapter_model.safetensors"))
 
-    native, translated = _both(program, tmp_path)
+    native, translated = native_and_mlx(program, tmp_path)
     assert native
     _assert_same(native, translated)
 
 
 @pytest.mark.skipif(not _has("diffusers"), reason="diffusers is not installed")
-def test_diffusers_save_pretrained(tmp_path: Path) -> None:
+def test_diffusers_save_pretrained(tmp_path: Path, native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str, folder: Path) -> dict[str, torch.Tensor]:
         from diffusers import UNet2DModel
 
@@ -154,11 +143,11 @@ def test_diffusers_save_pretrained(tmp_path: Path) -> None:
         reloaded = UNet2DModel.from_pretrained(folder)
         return {k: v.cpu() for k, v in reloaded.state_dict().items()}
 
-    _assert_same(*_both(program, tmp_path))
+    _assert_same(*native_and_mlx(program, tmp_path))
 
 
 @pytest.mark.skipif(not _has("accelerate"), reason="accelerate is not installed")
-def test_accelerate_save_model(tmp_path: Path) -> None:
+def test_accelerate_save_model(tmp_path: Path, native_and_mlx: Callable[..., Any]) -> None:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
@@ -172,7 +161,7 @@ def test_accelerate_save_model(tmp_path: Path) -> None:
         return safetensors_torch.load_file(str(folder / "model.safetensors"))
 
     try:
-        native, translated = _both(program, tmp_path)
+        native, translated = native_and_mlx(program, tmp_path)
     finally:
         AcceleratorState._reset_state(True)
     assert "2.weight" not in native

@@ -35,16 +35,7 @@ class Unwrapping(torch.Tensor):
             return func(*args, **(kwargs or {}))
 
 
-def _both(program: Callable[[str], Any]) -> tuple[Any, Any]:
-    torch.manual_seed(0)
-    native = program("cpu")
-    with router_sandbox(), torchdevice.use("mlx"), torchdevice.patched():
-        torch.manual_seed(0)
-        translated = program("cuda")
-    return native, translated
-
-
-def test_as_subclass_keeps_class_data_aliasing_and_autograd() -> None:
+def test_as_subclass_keeps_class_data_aliasing_and_autograd(native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str) -> dict[str, Any]:
         x = torch.randn(3, 4, device=device, requires_grad=True)
         y = x.as_subclass(Tagged)
@@ -62,7 +53,7 @@ def test_as_subclass_keeps_class_data_aliasing_and_autograd() -> None:
                 "grad": x.grad.cpu(), "values": y.detach().cpu().as_subclass(torch.Tensor), "aliased": plain.cpu(),
                 "back to Tensor": type(y.as_subclass(torch.Tensor)).__name__, "repr": repr(alias)[:7]}
 
-    native, translated = _both(program)
+    native, translated = native_and_mlx(program)
     assert translated.pop("back to Tensor") == "MLXTensor" and native.pop("back to Tensor") == "Tensor"
     for key, value in native.items():
         if isinstance(value, torch.Tensor):
@@ -71,14 +62,14 @@ def test_as_subclass_keeps_class_data_aliasing_and_autograd() -> None:
             assert translated[key] == value, key
 
 
-def test_subclass_with_its_own_torch_function() -> None:
+def test_subclass_with_its_own_torch_function(native_and_mlx: Callable[..., Any]) -> None:
     def program(device: str) -> tuple[str, type, torch.Tensor]:
         x = torch.arange(6.0, device=device).as_subclass(Unwrapping)
         assert isinstance(x, Unwrapping)
         out = x.reshape(2, 3) + 1
         return type(x).__name__, type(out), out.cpu()
 
-    (ncls, nout, nval), (tcls, tout, tval) = _both(program)
+    (ncls, nout, nval), (tcls, tout, tval) = native_and_mlx(program)
     assert tcls == ncls == "Unwrapping" and nout is torch.Tensor and tout is MLXTensor
     assert torch.equal(tval, nval)
 
@@ -97,7 +88,7 @@ def _torchvision() -> Any:
         pytest.skip(f"torchvision is not importable here: {exc}")
 
 
-def test_transforms_v2_detection_and_segmentation_pipeline() -> None:
+def test_transforms_v2_detection_and_segmentation_pipeline(native_and_mlx: Callable[..., Any]) -> None:
     _torchvision()
     tv_tensors = importlib.import_module("torchvision.tv_tensors")
     v2 = importlib.import_module("torchvision.transforms.v2")
@@ -116,7 +107,7 @@ def test_transforms_v2_detection_and_segmentation_pipeline() -> None:
             assert all(isinstance(o, MLXTensor) for o in out)
         return [(type(o).__name__, o.cpu().as_subclass(torch.Tensor)) for o in out]
 
-    native, translated = _both(program)
+    native, translated = native_and_mlx(program)
     assert [n for n, _ in translated] == [n for n, _ in native] == ["Image", "BoundingBoxes", "Mask"]
     for (_, want), (_, got) in zip(native, translated):
         assert got.dtype == want.dtype and got.shape == want.shape

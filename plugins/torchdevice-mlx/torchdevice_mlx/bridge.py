@@ -16,13 +16,16 @@
   every platform. The tensor is detached (autograd does not cross), taken to
   the host if it is on an accelerator, and conjugate/negative views are
   resolved; strides need not be contiguous. Every dtype both sides have
-  (float16/32/64, bfloat16, ints, uint8..64, bool, complex64) keeps its dtype.
+  (float16/32/64, bfloat16, ints, uint8..64, bool, complex64) keeps its dtype; a dtype MLX lacks
+  (complex128, the float8s ...) raises a TypeError naming it and the dtypes MLX holds (never a
+  silent narrowing: MLX's DLPack import would turn complex128 into complex64).
 """
 from __future__ import annotations
 
 import torch
 
 from ._mlx import Array, mx
+from .conversion import to_mx_dtype
 
 
 def to_mlx(tensor: torch.Tensor):
@@ -33,6 +36,7 @@ def to_mlx(tensor: torch.Tensor):
     if data.device.type != "cpu":
         data = data.cpu()
     data = data.resolve_conj().resolve_neg()
+    to_mx_dtype(data.dtype)  # a dtype MLX lacks: a TypeError naming it and those MLX holds
     if data.dtype == torch.float64:
         # MLX's DLPack import turns float64 into float32: through NumPy with the dtype named
         core = mx()

@@ -69,11 +69,14 @@ def _note_fallback(name: str) -> None:
 # -- dtypes -----------------------------------------------------------------
 
 def _dtype_pairs():
+    """Every torch dtype MLX holds, with its MLX dtype (the one table; ``distributed._MX_DTYPES`` is checked
+    against it by the tests)."""
     core = mx()
     pairs = [
         (torch.float32, core.float32), (torch.float16, core.float16), (torch.bfloat16, core.bfloat16),
         (torch.float64, core.float64), (torch.int8, core.int8), (torch.int16, core.int16),
         (torch.int32, core.int32), (torch.int64, core.int64), (torch.uint8, core.uint8),
+        (torch.uint16, core.uint16), (torch.uint32, core.uint32), (torch.uint64, core.uint64),
         (torch.bool, core.bool_), (torch.complex64, core.complex64),
     ]
     return pairs
@@ -88,14 +91,29 @@ def _init_dtypes() -> None:
         _T2M[t], _M2T[m] = m, t
 
 
+def supported_dtypes() -> tuple[torch.dtype, ...]:
+    """The torch dtypes an MLX tensor can have."""
+    if not _T2M:
+        _init_dtypes()
+    return tuple(_T2M)
+
+
+def _no_dtype(dtype: object) -> TypeError:
+    names = ", ".join(str(d).replace("torch.", "") for d in supported_dtypes())
+    return TypeError(f"MLX has no dtype for {dtype}: a tensor of it cannot be held by MLX "
+                     f"(torchdevice's mlx backend holds {names}); cast it to one of those, or keep it on the host "
+                     f"(device='cpu')")
+
+
 def to_mx_dtype(dtype: torch.dtype):
+    """The MLX dtype of torch ``dtype``; a TypeError naming it and the dtypes MLX holds if it has none."""
     try:
         return _T2M[dtype]
     except KeyError:
         if not _T2M:
             _init_dtypes()
             return to_mx_dtype(dtype)
-        raise TypeError(f"MLX has no dtype for torch {dtype}") from None
+        raise _no_dtype(dtype) from None
 
 
 def to_torch_dtype(dtype: Any) -> torch.dtype:  # an MLX dtype
@@ -104,7 +122,7 @@ def to_torch_dtype(dtype: Any) -> torch.dtype:  # an MLX dtype
     except KeyError:
         if not _M2T:
             _init_dtypes()
-            return _M2T[dtype]
+            return to_torch_dtype(dtype)
         raise TypeError(f"torch has no dtype for MLX {dtype}") from None
 
 

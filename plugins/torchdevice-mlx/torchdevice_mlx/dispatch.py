@@ -46,12 +46,30 @@ from .views import (
 
 aten = torch.ops.aten
 
+class _Unholdable(NotImplementedError):
+    """A tensor MLX cannot hold (a sparse one left on the host, HostPlacementWarning) among an op's arguments: the
+    op runs in torch's own kernel on the host, as natively (not lowered, not decomposed)."""
+
+
 def _unwrap(x: Any) -> Any:
     if isinstance(x, MLXTensor):
         return x.mx_array
     if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:
+            raise _Unholdable(f"MLX cannot hold a {x.layout} tensor")
         return array_from_torch(x)
     return x
+
+
+def _unholdable_among(args: tuple, kwargs: dict) -> bool:
+    """Whether a tensor MLX cannot hold is among the arguments (checked off the hot path only)."""
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, (list, tuple)):
+            if any(isinstance(b, torch.Tensor) and b.layout != torch.strided for b in a):
+                return True
+        elif isinstance(a, torch.Tensor) and a.layout != torch.strided:
+            return True
+    return False
 
 
 def _wrap(x: Any) -> Any:
@@ -162,7 +180,10 @@ def dispatch(func: OpOverload, args: tuple, kwargs: dict):
     if kind == _MULTI and args and isinstance(args[0], MLXTensor):
         return _multi_view(func, args[0], tuple(args[1:]), kwargs)
     if kind == _INPLACE:
-        inplace = _inplace(func, args, kwargs)
+        try:
+            inplace = _inplace(func, args, kwargs)
+        except _Unholdable:  # before anything is written
+            return _host_fallback(func, args, kwargs)
         if inplace is not None:
             return inplace
     if lowering is not None:
@@ -173,7 +194,7 @@ def dispatch(func: OpOverload, args: tuple, kwargs: dict):
         return tree_map(_wrap, result)
     if not random and not host:
         decomp = _decomposition(func)
-        if decomp is not None:
+        if decomp is not None and not _unholdable_among(args, kwargs):
             return _run_decomposition(func, decomp, args, kwargs)
     return _host_fallback(func, args, kwargs, count=not random)
 
@@ -182,7 +203,10 @@ _declined = threading.local()
 
 
 def _not_lowered(func: OpOverload, args: tuple, kwargs: dict):
-    """An op whose lowering does not cover these arguments: torch's decomposition, else the host."""
+    """An op whose lowering does not cover these arguments: torch's decomposition, else the host (directly when a
+    tensor MLX cannot hold is among them: torch's own kernel, as natively)."""
+    if _unholdable_among(args, kwargs):
+        return _host_fallback(func, args, kwargs)
     decomp = _decomposition(func)
     active = getattr(_declined, "ops", None)
     if active is None:
@@ -386,7 +410,8 @@ def _host_fallback(func: OpOverload, args: tuple, kwargs: dict, *, count: bool =
             for host, src in mutated:
                 if x is host:
                     return src
-            return MLXTensor(array_from_torch(x))
+            # a result MLX cannot hold (sparse, from sparse arguments) stays on the host, as its arguments did
+            return MLXTensor(array_from_torch(x)) if x.layout == torch.strided else x
         return x
 
     return tree_map(back, out)

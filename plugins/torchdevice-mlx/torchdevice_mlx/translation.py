@@ -10,7 +10,8 @@ returned for one (:data:`torchdevice.devices.host_target`: identity tells it
 from a program's own ``torch.device("cpu")``, which stays a plain host tensor).
 Under a translated default device (``torch.set_default_device("cuda")``,
 ``with torch.device("cuda"):``) factories given no device return MLXTensors too.
-A placement MLX cannot hold (sparse, quantized, nested) stays on the host: it
+A placement MLX cannot hold (sparse, quantized, nested), by a factory or a move
+(``.to("cuda")``, ``.cuda()``, a module's sparse buffer), stays on the host: it
 warns once per API (:class:`HostPlacementWarning`) and is counted
 (:func:`host_placements`, a ``run --report`` section).
 ``MLXTensor.cpu()`` / ``.to("cpu")`` return plain host tensors. Moves are
@@ -57,14 +58,15 @@ def reset_host_placements() -> None:
         _left.clear()
 
 
-def _left_on_host(api: str, t: torch.Tensor) -> None:
+def _left_on_host(api: str, t: torch.Tensor, stacklevel: int = 3) -> None:
     """Count (and warn once per api) a tensor placed on the translated device that stays on the host."""
     with _left_lock:
         first = api not in _left
         _left[api] += 1
     if first:
         warnings.warn(f"torchdevice mlx: {api} made a {t.layout} tensor for the program's device that MLX cannot hold; "
-                      "it stays a plain host tensor and its ops run in torch on the CPU", HostPlacementWarning, stacklevel=3)
+                      "it stays a plain host tensor and its ops run in torch on the CPU", HostPlacementWarning,
+                      stacklevel=stacklevel)
 
 
 try:  # `torchdevice run --report` lists them (a core without the hook just has no section)
@@ -130,9 +132,14 @@ class FromMLX(torch.autograd.Function):
         return ToMLX.apply(grad)
 
 
-def to_mlx_tensor(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as an MLXTensor (itself if it is one); autograd flows through the move."""
+def to_mlx_tensor(t: torch.Tensor, api: str = "Tensor.to(device)") -> torch.Tensor:
+    """``t`` as an MLXTensor (itself if it is one); autograd flows through the move. A tensor MLX cannot hold
+    (sparse, quantized, nested) stays on the host, noted as placed there by ``api`` (a warning once, counted),
+    as a factory's does."""
     if isinstance(t, MLXTensor) or not isinstance(t, torch.Tensor):
+        return t
+    if not _holdable(t):
+        _left_on_host(api, t, stacklevel=4)  # above this function and the patched move: the program's line
         return t
     if not t.requires_grad or not torch.is_grad_enabled():
         return from_host(t)  # in t's dense layout: a channels_last tensor stays channels_last, as natively
@@ -167,7 +174,7 @@ def _tensor_to(inner: Callable[..., Any]):
     def to(self, *args: Any, **kwargs: Any):
         out = inner(self, *args, **kwargs)
         dev = kwargs.get("device", args[0] if args else None)
-        return to_mlx_tensor(out) if is_source(dev) else out
+        return to_mlx_tensor(out, "Tensor.to(device)") if is_source(dev) else out
     return to
 
 
@@ -198,9 +205,15 @@ def _mlx_cpu(self, memory_format: torch.memory_format | None = torch.preserve_fo
     return FromMLX.apply(self)
 
 
-def _tensor_move(self, device: torch.device | str | None = None, non_blocking: bool = False,
-                 memory_format: torch.memory_format | None = torch.preserve_format):
-    return to_mlx_tensor(self)
+def _tensor_move(source: str) -> Callable[..., torch.Tensor]:
+    """``Tensor.cuda`` (``Tensor.<source>``) while translating to mlx."""
+    api = f"Tensor.{source}()"
+
+    def move(self, device: torch.device | str | None = None, non_blocking: bool = False,
+             memory_format: torch.memory_format | None = torch.preserve_format):
+        return to_mlx_tensor(self, api)
+    move.__name__ = move.__qualname__ = source
+    return move
 
 
 def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
@@ -214,7 +227,11 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
     def move(old, make):
         new = moved.get(id(old))
         if new is None:
-            new = moved[id(old)] = make(old)
+            if not _holdable(old):  # a sparse buffer ...: stays on the host, as a factory's placement does
+                _left_on_host("Module.to(device)", old, stacklevel=5)
+                new = moved[id(old)] = old
+            else:
+                new = moved[id(old)] = make(old)
         return new
 
     def new_param(param):
@@ -290,7 +307,7 @@ def install(patcher: Any, target: Any) -> None:
     patcher.set(torch.nn.Module, "to", _module_to(patcher.get(torch.nn.Module, "to")))
     for source in target.sources:
         if hasattr(torch.Tensor, source):
-            patcher.set(torch.Tensor, source, _tensor_move)
+            patcher.set(torch.Tensor, source, _tensor_move(source))
         if hasattr(torch.nn.Module, source):
             patcher.set(torch.nn.Module, source, _module_move)
 
