@@ -155,6 +155,18 @@ def test_copies_are_accesses_on_their_stream(checked):
         x + 1
 
 
+def test_a_copy_between_devices_is_ordered_with_both_devices_streams(checked):
+    sim = checked
+    x = torch.arange(100.0, device="sim:0")  # written on sim:0, not synchronized
+    y = x.to("sim:1")  # the copy runs after sim:0's queue: no race reading x
+    y.add_(1.0)  # on sim:1's current stream, after the copy
+    x.fill_(-1.0)  # on sim:0's, after the copy read x
+    assert torch.equal(y.cpu(), torch.arange(100.0) + 1)
+    y.add_(1.0)
+    with sim.stream(sim.Stream(1)), pytest.raises(SimRaceError, match="read-after-write"):
+        y * 2  # another stream of sim:1, not ordered after the add
+
+
 def test_freed_memory_handed_out_again_starts_a_fresh_history(checked):
     sim = checked
     main, side = sim.current_stream(), sim.Stream()
