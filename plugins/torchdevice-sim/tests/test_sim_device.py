@@ -293,6 +293,19 @@ def test_a_missing_wait_stream_reads_data_not_yet_written_as_on_a_gpu(synced):
     assert torch.equal(ordered.cpu(), torch.full((100,), 2.0))
 
 
+def test_a_copy_between_devices_runs_after_both_queues_and_before_later_work_on_the_source(synced):
+    # As CUDA's peer copy: the destination's current stream waits for the source's, and the source's
+    # current stream waits for the copy, so a write queued on the source device after it cannot overtake it.
+    clock = synced.get_device_properties(0).clock_rate
+    x = torch.arange(100.0, device="sim:0")
+    with synced.device(1):
+        synced._sleep(int(clock * 200))  # sim:1's queue is busy: the copy waits behind the sleep
+    y = x.to("sim:1")
+    x.fill_(-1.0)  # queued on sim:0 after the copy
+    assert torch.equal(y.cpu(), torch.arange(100.0))
+    assert torch.equal(x.cpu(), torch.full((100,), -1.0))
+
+
 def test_non_blocking_copy_to_pinned_memory_is_asynchronous(synced):
     clock = synced.get_device_properties(0).clock_rate
     src = torch.arange(1000.0, device="sim")

@@ -7,6 +7,9 @@ CUDA's statistics, asynchronous streams (a worker thread per queue), events, one
 per device, autocast, serialization and a process group. Its kernels are torch's CPU kernels,
 run on the device's queue, so a program gets the CPU's numbers with a GPU's discipline.
 
+``TORCHDEVICE_SIM_RACECHECK=1`` (or :func:`set_racecheck`) reports streams used without being ordered,
+raising :class:`SimRaceError` (:mod:`torchdevice_sim.racecheck`).
+
 It is never selected automatically: ``torchdevice run --backend sim``,
 ``TORCHDEVICE_BACKEND=sim`` or ``torchdevice.use("sim")``. Code written for sim itself calls
 :func:`load` and then uses ``device="sim"`` and ``torch.sim`` (see :mod:`torchdevice_sim.runtime`).
@@ -22,9 +25,10 @@ from types import ModuleType
 from typing import Any
 
 from . import config
+from .racecheck import SimRaceError, racecheck_enabled, set_racecheck
 
 __version__ = "1.0.0"
-__all__ = ["load", "plugin", "SimBackend", "claimed_by"]
+__all__ = ["load", "plugin", "SimBackend", "claimed_by", "SimRaceError", "set_racecheck", "racecheck_enabled"]
 
 _lock = threading.Lock()
 _loaded: ModuleType | None = None
@@ -58,13 +62,14 @@ def load() -> ModuleType:
             raise RuntimeError(f"torch's PrivateUse1 device is already claimed by {other!r}: one process holds one "
                                "PrivateUse1 backend, so sim cannot load beside it")
         settings = config.read()
-        from . import _extension, _kernels, runtime
+        from . import _extension, _kernels, racecheck, runtime
 
         extension = _extension.load()
         if torch._C._get_privateuse1_backend_name() == "privateuseone":
             torch.utils.rename_privateuse1_backend(runtime.DEVICE_TYPE)
         extension.init(settings.devices, settings.memory, config.CLOCK_KHZ)
         runtime._bind(extension)
+        racecheck._bind(extension)
         if not hasattr(torch, runtime.DEVICE_TYPE):
             torch._register_device_module(runtime.DEVICE_TYPE, runtime)
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
@@ -75,6 +80,8 @@ def load() -> ModuleType:
         from . import compile as compile_support
 
         compile_support.register()
+        if settings.racecheck:
+            racecheck.set_racecheck(True)
         atexit.register(_drain, extension)
         _loaded = runtime
         return runtime

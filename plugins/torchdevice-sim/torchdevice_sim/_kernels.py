@@ -16,6 +16,10 @@ as a GPU runtime does for them: ops whose output shape depends on data (``nonzer
 (which draw from the device's own generator, whose state must advance in program order).
 Copies between host and device are queued too; a copy that is not ``non_blocking`` from or into
 pinned memory waits for the stream, as CUDA's does.
+
+With the race checker on (:mod:`.racecheck`), every kernel reports the device tensors it reads and
+writes before it is queued, and the waits a program would see on a GPU (a blocking copy to the host,
+``item()``, data-dependent shapes) tell the checker the host has synchronized the stream.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ import threading
 from typing import Any, Callable, Iterator
 
 import torch
+
+from . import racecheck
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
@@ -72,10 +78,20 @@ class Fallback:
                 return self.copy(name, *args, **kwargs)
             device = self.device_of(name, args, kwargs)
             if name == "aten::_local_scalar_dense":
+                if racecheck.enabled:
+                    racecheck.check(device, _op_name(op), self.accesses(op, args, kwargs))
                 self.C.stream_synchronize(device, self.C.current_stream(device))
+                if racecheck.enabled:
+                    racecheck.learn(device, self.C.current_stream(device))
                 return self.C.host_view(args[0]).item()
             if name in _ATTENTION:
-                return self.attention(name, device, *args, **kwargs)
+                if not racecheck.enabled:
+                    return self.attention(name, device, *args, **kwargs)
+                checked = self.accesses(op, args, kwargs)
+                racecheck.check(device, _op_name(op), checked)
+                result = self.attention(name, device, *args, **kwargs)
+                self.made(device, _op_name(op), result, checked)
+                return result
             if name in _CONVOLUTION:
                 return self.convolution(name, device, *args)
             if name == "aten::record_stream":
@@ -161,6 +177,9 @@ class Fallback:
                 fresh.extend([None] * len(_leaves(value, [])))
         writes = schema.is_mutable or any(t is not None for t in fresh)
         if writes:
+            if racecheck.enabled:
+                made = [(t, True, "result") for t in fresh if t is not None]
+                racecheck.check(device, _op_name(op), self.accesses(op, args, kwargs) + made)
             outputs = [None if t is None else self.C.host_view(t) for t in fresh] if any(t is not None for t in fresh) else []
             h_args, h_kwargs = _numbers_as_tensors(op, _map(self.host, args), {k: _map(self.host, v) for k, v in kwargs.items()})
             h_kwargs.update({k: torch.empty(0, dtype=t.dtype, device="cpu") for k, t in outgrown.items()})
@@ -183,6 +202,31 @@ class Fallback:
                 self.plans.clear()
             self.plans[key] = meta_out
         return meta_out
+
+    def accesses(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[tuple[Tensor, bool, str]]:
+        """The race checker's view of a call: each device tensor argument as (tensor, written, name),
+        written where the schema marks the argument as mutated (in-place and out= arguments)."""
+        found: list[tuple[Tensor, bool, str]] = []
+        for index, argument in enumerate(op._schema.arguments):
+            if not argument.kwarg_only and index < len(args):
+                value = args[index]
+            elif argument.name in kwargs:
+                value = kwargs[argument.name]
+            else:
+                continue
+            written = argument.alias_info is not None and argument.alias_info.is_write
+            for leaf in _leaves(value, []):
+                if leaf is not None and leaf.device.type == self.device_type:
+                    found.append((leaf, written, argument.name))
+        return found
+
+    def made(self, device: int, op: str, result: Any, inputs: list) -> None:
+        """For the race checker: the device tensors a synchronous op made (its results that are not inputs)
+        are written on the current stream."""
+        taken = {id(t) for t, _, _ in inputs}
+        fresh = [(t, True, "result") for t in _leaves(result, []) if t is not None and id(t) not in taken
+                 and isinstance(t, Tensor) and t.device.type == self.device_type]
+        racecheck.check(device, op, fresh)
 
     def aliased_argument(self, op: torch._ops.OpOverload, alias: Any, args: tuple, kwargs: dict) -> Any:
         sets = alias.before_set
@@ -223,6 +267,9 @@ class Fallback:
 
     # -- the synchronous path --------------------------------------------------------------------
     def run_on_host(self, op: torch._ops.OpOverload, device: int, args: tuple, kwargs: dict) -> Any:
+        checked = self.accesses(op, args, kwargs) if racecheck.enabled else []
+        if checked:
+            racecheck.check(device, _op_name(op), checked)
         self.C.stream_synchronize(device, self.C.current_stream(device))
         views: dict[int, Tensor] = {}
 
@@ -240,7 +287,12 @@ class Fallback:
         drawing = self.drawing_from_device(op, device, h_args, h_kwargs) if seeded else contextlib.nullcontext((h_args, h_kwargs))
         with drawing as (h_args, h_kwargs):
             result = op(*h_args, **h_kwargs)
-        return _map(lambda v: self.to_device(v, views, device), result)
+        result = _map(lambda v: self.to_device(v, views, device), result)
+        if racecheck.enabled:
+            self.made(device, _op_name(op), result, checked)
+            if self.runs_on_host(op) and not seeded:  # a GPU waits for these too (shapes or values for the host)
+                racecheck.learn(device, self.C.current_stream(device))
+        return result
 
     def to_device(self, value: Any, views: dict, device: int, like: Tensor | None = None) -> Any:
         if not isinstance(value, Tensor):
@@ -346,13 +398,21 @@ class Fallback:
             dst.resize_(src.shape)
         on_device = dst if dst.device.type == self.device_type else src
         device = on_device.device.index
-        if src.device.type == self.device_type and dst.device.type == self.device_type and src.device != dst.device:
-            self.C.stream_synchronize(src.device.index, self.C.current_stream(src.device.index))
+        between = src.device.type == self.device_type and dst.device.type == self.device_type and src.device != dst.device
+        if between:  # the copy runs after the work queued on both devices' current streams, as CUDA's peer copy
+            self.C.wait_stream(device, self.C.current_stream(device), src.device.index, self.C.current_stream(src.device.index))
+        if racecheck.enabled:
+            racecheck.check(device, name, [(t, t is dst, "self" if t is dst else "src") for t in (dst, src)
+                                           if t.device.type == self.device_type])
         h_dst, h_src = self.host(dst), self.host(src)
         self.C.launch(device, "aten::copy_", "", (h_dst, h_src), {}, [])
+        if between:  # and the source device's later work runs after it
+            self.C.wait_stream(src.device.index, self.C.current_stream(src.device.index), device, self.C.current_stream(device))
         host_side = dst if dst.device.type == "cpu" else src if src.device.type == "cpu" else None
         if host_side is not None and not (non_blocking and self.C.is_pinned(host_side)):
             self.C.stream_synchronize(device, self.C.current_stream(device))
+            if racecheck.enabled:
+                racecheck.learn(device, self.C.current_stream(device))
         return dst
 
 
@@ -414,6 +474,12 @@ def _outgrown(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict[str,
     outs = {a.name for a in op._schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
     return {name: value for name, value in kwargs.items()
             if name in outs and isinstance(value, Tensor) and value.numel() < largest}
+
+
+def _op_name(op: torch._ops.OpOverload) -> str:
+    """``aten::mul.Tensor``: how the race checker names a kernel."""
+    schema = op._schema
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
 def _dense(t: Tensor) -> bool:

@@ -2,7 +2,9 @@
 
 * ``TORCHDEVICE_SIM_DEVICES``: how many devices (default 2, 1 to 16);
 * ``TORCHDEVICE_SIM_MEMORY``: each device's capacity, e.g. ``2GiB``, ``512MiB``, ``1.5GB`` or
-  bytes (default ``8GiB``, a small GPU's, and what two devices can hold on a 24 GiB host).
+  bytes (default ``8GiB``, a small GPU's, and what two devices can hold on a 24 GiB host);
+* ``TORCHDEVICE_SIM_RACECHECK``: ``1`` turns on the stream race checker (:mod:`.racecheck`),
+  ``0`` (the default) leaves it off.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 DEVICES_VAR = "TORCHDEVICE_SIM_DEVICES"
 MEMORY_VAR = "TORCHDEVICE_SIM_MEMORY"
+RACECHECK_VAR = "TORCHDEVICE_SIM_RACECHECK"
 DEFAULT_DEVICES = 2
 DEFAULT_MEMORY = 8 * 1024**3
 MAX_DEVICES = 16
@@ -26,6 +29,7 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb":
 class Config:
     devices: int
     memory: int  #: bytes per device
+    racecheck: bool = False  #: the stream race checker on from the start
 
 
 def parse_size(text: str) -> int:
@@ -52,8 +56,17 @@ def parse_devices(text: str) -> int:
     return count
 
 
+def parse_racecheck(text: str) -> bool:
+    """``"1"`` -> True, ``"0"`` -> False; ValueError naming the value and the valid ones."""
+    if text not in ("0", "1"):
+        raise ValueError(f"{RACECHECK_VAR}={text!r} is not valid: use 1 (check streams for races) or 0 (off, the default)")
+    return text == "1"
+
+
 def read() -> Config:
     """The settings in force; ValueError for a bad variable."""
     devices = os.environ.get(DEVICES_VAR, "").strip()
     memory = os.environ.get(MEMORY_VAR, "").strip()
-    return Config(parse_devices(devices) if devices else DEFAULT_DEVICES, parse_size(memory) if memory else DEFAULT_MEMORY)
+    racecheck = os.environ.get(RACECHECK_VAR, "").strip()
+    return Config(parse_devices(devices) if devices else DEFAULT_DEVICES, parse_size(memory) if memory else DEFAULT_MEMORY,
+                  parse_racecheck(racecheck) if racecheck else False)

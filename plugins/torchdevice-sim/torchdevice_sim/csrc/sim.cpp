@@ -36,6 +36,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -90,6 +91,7 @@ struct Stream {
   Clock::time_point finished{};  // when the last task finished (written by the worker only)
   std::string error;  // first asynchronous failure, reported at the next call on this stream
   bool started = false;
+  std::vector<uint64_t> clock;  // race checking's vector clock (g_race_mu): what this stream's next kernel is ordered after
 
   Stream(int d, int64_t i) : device(d), id(i) {}
 
@@ -232,6 +234,60 @@ void synchronize_device(int device) {
 thread_local int tl_device = 0;
 thread_local int64_t tl_stream[kMaxDevices] = {0};
 
+// -- race checking: happens-before between streams (opt-in, TORCHDEVICE_SIM_RACECHECK) --------------
+//
+// Each stream has a vector clock, one entry per stream of every device (slot = device * 17 + id):
+// entry S of stream S counts the kernels launched on S, the others what S has been ordered after.
+// Recording an event captures the recording stream's clock, waiting on it merges it in; the host
+// learns the clocks of what it synchronizes (a stream, an event, a device), and every kernel launched
+// afterwards, on any stream, starts from what the host knows. An access by a kernel on stream S at
+// tick e is ordered before a later kernel on T iff T's clock holds at least e in S's slot. Device
+// memory blocks keep their last write and the reads since (race_access). Off, none of this runs: the
+// hooks below test one atomic flag.
+
+using VectorClock = std::vector<uint64_t>;
+
+std::atomic<bool> g_race{false};
+std::mutex g_race_mu;  // every clock and every block's history
+VectorClock g_host_clock;  // what the host has learned by synchronizing
+
+int race_slot(const Stream* s) { return s->device * (kPoolStreams + 1) + static_cast<int>(s->id); }
+
+void join_clock(VectorClock& into, const VectorClock& from) {
+  if (into.size() < from.size()) into.resize(from.size(), 0);
+  for (size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
+}
+
+// The host has synchronized with `clock` (taken before it waited): later launches are ordered after it.
+void race_learn(const VectorClock& clock) {
+  std::lock_guard<std::mutex> lock(g_race_mu);
+  join_clock(g_host_clock, clock);
+}
+
+VectorClock race_clock_of(Stream* s) {
+  if (!g_race.load(std::memory_order_relaxed)) return {};
+  std::lock_guard<std::mutex> lock(g_race_mu);
+  return s->clock;
+}
+
+VectorClock device_clock(int device) {  // every stream's of the device, joined
+  auto* ds = g_streams[device];
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(ds->mu);
+    streams = ds->streams;
+  }
+  VectorClock out;
+  std::lock_guard<std::mutex> lock(g_race_mu);
+  for (auto* s : streams) join_clock(out, s->clock);
+  return out;
+}
+
+VectorClock race_clock_of_device(int device) {
+  if (!g_race.load(std::memory_order_relaxed)) return {};
+  return device_clock(device);
+}
+
 // -- events ----------------------------------------------------------------------------------------
 
 struct Event {
@@ -242,6 +298,7 @@ struct Event {
   Clock::time_point when;
   int device = -1;
   bool timing = false;
+  VectorClock clock;  // race checking (g_race_mu): the recording stream's clock at the latest record
 };
 
 using EventHandle = std::shared_ptr<Event>;
@@ -258,6 +315,10 @@ void record_event(const EventHandle& ev, Stream* stream, bool timing) {
     version = ++ev->scheduled;
     ev->device = stream->device;
     ev->timing = timing;
+  }
+  if (g_race.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(g_race_mu);
+    ev->clock = stream->clock;
   }
   // The stream reaches the event when it has finished the work queued before it, and not before the host
   // queued it: on an idle stream that is the moment of the record, as on a GPU (the worker's own wake-up
@@ -282,6 +343,10 @@ void block_on_event(const EventHandle& ev, Stream* stream) {
     version = ev->scheduled;
   }
   if (version == 0) return;  // never recorded: nothing to wait for, as CUDA
+  if (g_race.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(g_race_mu);
+    join_clock(stream->clock, ev->clock);
+  }
   stream->push([ev, version] {
     std::unique_lock<std::mutex> lock(ev->mu);
     ev->cv.wait(lock, [&] { return ev->done >= version; });
@@ -299,10 +364,30 @@ void synchronize_event(const EventHandle& ev) {
     std::lock_guard<std::mutex> lock(ev->mu);
     version = ev->scheduled;
   }
+  VectorClock learned;
+  if (g_race.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(g_race_mu);
+    learned = ev->clock;
+  }
   wait_without_gil([&] {
     std::unique_lock<std::mutex> lock(ev->mu);
     ev->cv.wait(lock, [&] { return ev->done >= version; });
   });
+  if (!learned.empty()) race_learn(learned);
+}
+
+// The host waits for a stream, or a device, as the program asked (not sim's own waits): it learns their clocks.
+void synchronize_stream_learning(Stream* s) {
+  VectorClock learned = race_clock_of(s);
+  s->synchronize();
+  if (!learned.empty()) race_learn(learned);
+}
+
+void synchronize_device_learning(int device) {
+  check_device(device);
+  VectorClock learned = race_clock_of_device(device);
+  synchronize_device(device);
+  if (!learned.empty()) race_learn(learned);
 }
 
 double elapsed_ms(const EventHandle& a, const EventHandle& b) {
@@ -319,11 +404,23 @@ double elapsed_ms(const EventHandle& a, const EventHandle& b) {
 
 // -- device memory ---------------------------------------------------------------------------------
 
+struct Access {
+  int slot = -1;  // the stream's race slot; -1: none
+  uint64_t tick = 0;  // the stream's own clock entry for the kernel
+  std::string op;
+};
+
+struct History {  // race checking: a block's last write and the reads since, one (the latest) per stream
+  Access write;
+  std::vector<Access> reads;
+};
+
 struct Block {
   void* ptr;
   size_t size;  // rounded
   size_t requested;
   int device;
+  std::unique_ptr<History> history{};  // while race checking; a block handed out again starts without
 };
 
 struct Pending {
@@ -457,6 +554,7 @@ struct SimAllocator final : c10::DeviceAllocator {
                        format_size(reserved - allocated), " is reserved by PyTorch but unallocated. "
                        "(TORCHDEVICE_SIM_MEMORY sets the capacity.)");
     }
+    block->history.reset();  // fresh memory, fresh history (no live tensor reaches a cached block)
     {
       std::lock_guard<std::mutex> lock(mem->mu);
       block->requested = nbytes;
@@ -691,12 +789,12 @@ struct SimGuard final : c10::impl::DeviceGuardImplInterface {
     return s->query();
   }
   void synchronizeStream(const c10::Stream& stream) const override {
-    get_stream(stream.device_index(), stream.id())->synchronize();
+    synchronize_stream_learning(get_stream(stream.device_index(), stream.id()));
   }
   void synchronizeEvent(void* event) const override {
     if (event != nullptr) synchronize_event(*static_cast<EventHandle*>(event));
   }
-  void synchronizeDevice(const c10::DeviceIndex device_index) const override { synchronize_device(device_index); }
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override { synchronize_device_learning(device_index); }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK(start != nullptr && end != nullptr, "Both events must be recorded before calculating elapsed time.");
@@ -942,6 +1040,80 @@ uint64_t launch(int device, const std::string& name, const std::string& overload
   });
 }
 
+// -- race checking: the accesses ------------------------------------------------------------------------
+
+Block* block_of(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  const auto& data = t.storage().data_ptr();
+  return data.get_deleter() == &free_block ? static_cast<Block*>(data.get_context()) : nullptr;
+}
+
+// A kernel of `op` about to be queued on `device`'s current stream reads tensors[i] (writes it where
+// writes[i]). It ticks the stream's clock and checks each block's history: None when every earlier
+// conflicting access is ordered before this kernel (and the accesses are recorded), else the first race as
+// (index, kind, other op, other device, other stream id, this stream id), with nothing recorded.
+py::object race_access(int device, const std::string& op, const std::vector<at::Tensor>& tensors,
+                       const std::vector<bool>& writes) {
+  check_device(device);
+  TORCH_CHECK(tensors.size() == writes.size(), "race_access: one write flag per tensor");
+  Stream* stream = current_stream_of(device);
+  const int me = race_slot(stream);
+  const size_t slots = static_cast<size_t>(g_device_count * (kPoolStreams + 1));
+  std::lock_guard<std::mutex> lock(g_race_mu);
+  VectorClock& clock = stream->clock;
+  if (clock.size() < slots) clock.resize(slots, 0);
+  join_clock(clock, g_host_clock);
+  const uint64_t tick = ++clock[me];
+  auto ordered = [&](const Access& a) { return a.slot < 0 || clock[a.slot] >= a.tick; };
+  auto race = [&](size_t i, const char* kind, const Access& other) -> py::object {
+    return py::make_tuple(i, kind, other.op, other.slot / (kPoolStreams + 1), other.slot % (kPoolStreams + 1), stream->id);
+  };
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Block* block = block_of(tensors[i]);
+    if (block == nullptr || !block->history) continue;
+    const History& h = *block->history;
+    if (!ordered(h.write)) return race(i, writes[i] ? "write-after-write" : "read-after-write", h.write);
+    if (writes[i]) {
+      for (const Access& read : h.reads) {
+        if (!ordered(read)) return race(i, "write-after-read", read);
+      }
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Block* block = block_of(tensors[i]);
+    if (block == nullptr) continue;
+    if (!block->history) block->history = std::make_unique<History>();
+    History& h = *block->history;
+    if (writes[i]) {
+      h.write = {me, tick, op};
+      h.reads.clear();
+      continue;
+    }
+    auto same = std::find_if(h.reads.begin(), h.reads.end(), [&](const Access& a) { return a.slot == me; });
+    if (same == h.reads.end()) {
+      h.reads.push_back({me, tick, op});
+    } else {
+      same->tick = tick;
+      same->op = op;
+    }
+  }
+  return py::none();
+}
+
+void race_enable(bool on) {
+  if (on && !g_race.load()) {  // what ran before is taken as finished, as if the host had synchronized every device
+    for (int d = 0; d < g_device_count; ++d) race_learn(device_clock(d));
+  }
+  g_race.store(on);
+}
+
+// Stream (device, id) waits for the work queued so far on stream (src_device, src_id), as wait_stream.
+void wait_stream(int device, int64_t id, int src_device, int64_t src_id) {
+  auto ev = std::make_shared<Event>();
+  record_event(ev, get_stream(src_device, src_id), false);
+  block_on_event(ev, get_stream(device, id));
+}
+
 uint64_t enqueue_sleep(int device, double ms) {
   return current_stream_of(device)->push([ms] {
     std::this_thread::sleep_until(Clock::now() + std::chrono::duration<double, std::milli>(ms));
@@ -1023,7 +1195,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_stream", [](int d, int64_t id) { get_stream(d, id); tl_stream[d] = id; });
   m.def("stream_query", [](int d, int64_t id) { auto* s = get_stream(d, id); s->raise_pending_error(); return s->query(); });
   m.def("stream_synchronize", [](int d, int64_t id) { get_stream(d, id)->synchronize(); });
-  m.def("synchronize", &synchronize_device);
+  m.def("synchronize", &synchronize_device_learning);
+  m.def("wait_stream", &wait_stream);
+  m.def("race_enable", &race_enable);
+  m.def("race_enabled", [] { return g_race.load(); });
+  m.def("race_access", &race_access);
+  m.def("race_learn", [](int d, int64_t id) { race_learn(race_clock_of(get_stream(d, id))); });
   m.def("launch", &launch);
   m.def("sleep", &enqueue_sleep);
   m.def("host_view", &host_view);
