@@ -9,7 +9,10 @@ Full precision and no dropout by default (``--dtype float32 --dropout 0.0``): wh
 kernels are the CPU's (cpu, sim) the losses must be identical; a bfloat16 run compares autocast
 policies, which differ by design between the CPU and a GPU-like device. One command::
 
-    python scripts/peer_nanogpt.py NANOGPT_CHECKOUT [--backends cpu,sim] [--iters 10] [--dtype float32]
+    python scripts/peer_nanogpt.py NANOGPT_CHECKOUT [--backends cpu,sim] [--iters 10] [--dtype float32] [--racecheck]
+
+``--racecheck`` runs sim with its stream race checker on (``TORCHDEVICE_SIM_RACECHECK=1``): a kernel that
+uses memory another stream touched without ordering fails the run.
 
 It exits non-zero when a loss differs or a run fails. Get a checkout with ``git clone
 https://github.com/karpathy/nanoGPT`` (any recent commit; the run passes its settings on the
@@ -49,6 +52,8 @@ def run(checkout: Path, backend: str, args: argparse.Namespace, dataset: str, ou
                 "--log_interval=1", f"--dropout={args.dropout}", f"--dtype={args.dtype}", f"--compile={args.compile}",
                 f"--out_dir={out}", "--always_save_checkpoint=False"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
+    if args.racecheck:
+        env["TORCHDEVICE_SIM_RACECHECK"] = "1"  # read by sim only
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "torchdevice", "run", "--backend", backend, "train.py", *settings],
                           cwd=checkout, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -67,6 +72,7 @@ def main() -> int:
     parser.add_argument("--dropout", default="0.0")
     parser.add_argument("--compile", default="False", choices=("False", "True"))
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--racecheck", action="store_true", help="sim's stream race checker on (TORCHDEVICE_SIM_RACECHECK=1)")
     args = parser.parse_args()
     checkout = args.checkout.resolve()
     if not (checkout / "train.py").is_file():
