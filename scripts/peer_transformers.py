@@ -1,7 +1,7 @@
 """Peer run: transformers' own model tests, natively and through ``torchdevice run``, compared.
 
     python scripts/peer_transformers.py [--models bert llama gpt2] [--backend cpu] [--workdir .peer/transformers]
-                                        [-k EXPR] [--keep-going]
+                                        [-k EXPR] [--racecheck]
 
 Run it with the interpreter of an environment that has transformers (5.23.0 is what docs/testing.md
 reports), `parameterized` (its tests import it) and torchdevice installed. It downloads the sdist of the
@@ -76,13 +76,16 @@ def stage(python: str, workdir: Path, models: list[str]) -> Path:
     return tests
 
 
-def _clean_env() -> dict:
+def _clean_env(racecheck: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if racecheck:
+        env["TORCHDEVICE_SIM_RACECHECK"] = "1"  # sim's stream race checker (read by sim only)
     return env
 
 
-def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: list[str]) -> dict[str, str]:
+def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: list[str],
+             racecheck: bool = False) -> dict[str, str]:
     """Run the staged tests; return ``{test id: passed|failed|skipped}``."""
     xml = workdir / ("translated.xml" if translated else "native.xml")
     pytest = ["-m", "pytest", "tests/peer", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
@@ -91,7 +94,7 @@ def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: 
     print("$", " ".join(command), flush=True)
     if xml.exists():
         xml.unlink()  # a side that crashes before pytest writes its report must not be read from the last run
-    subprocess.run(command, cwd=workdir, env=_clean_env())
+    subprocess.run(command, cwd=workdir, env=_clean_env(racecheck and translated))
     if not xml.exists():
         side = "translated" if translated else "native"
         raise SystemExit(f"peer_transformers: the {side} run wrote no report ({xml}): pytest did not start "
@@ -140,12 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=str(ROOT / ".peer" / "transformers"))
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("-k", dest="keyword")
+    parser.add_argument("--racecheck", action="store_true",
+                        help="translated side: sim's stream race checker on (TORCHDEVICE_SIM_RACECHECK=1)")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     stage(args.python, workdir, args.models)
     extra = ["-k", args.keyword] if args.keyword else []
     native = run_side(args.python, workdir, False, args.backend, extra)
-    translated = run_side(args.python, workdir, True, args.backend, extra)
+    translated = run_side(args.python, workdir, True, args.backend, extra, args.racecheck)
     regressions, only_translated, table = compare(native, translated)
     print(table)
     vacuous = proves_nothing(native)
