@@ -135,7 +135,11 @@ def gpt_steps(device: str, cfg: dict, steps: int, compile_backend: str | None = 
         loss = run(x, y)
         loss.backward()
         opt.step()
-        losses.append(loss.item())  # forces evaluation
+        losses.append(loss.item())
+        if device != "cpu":
+            # MLX is lazy: item() evaluates the loss only, and the optimizer's update would be evaluated (and
+            # timed) in the next step; synchronize evaluates every pending array, so each step times its own work
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return {"step_ms": round(min(times[1:]) * 1e3, 1), "first_step_ms": round(times[0] * 1e3, 1), "losses": losses}
 
