@@ -223,3 +223,22 @@ def test_the_matrix_says_translated_and_native_on_cuda():
         assert api in namespaces.fronted("cuda")
         assert matrix.status_for(api, "cpu")[0] is namespaces.TRANSLATED
         assert matrix.status_for(api, "cuda")[0] is namespaces.NATIVE
+
+
+def test_run_report_counts_the_legacy_calls(translated):
+    from torchdevice import trace
+
+    trace.reset()
+    trace.start_report()
+    try:
+        torch.cuda.FloatTensor(2)
+        torch.cuda.FloatTensor([1.0])
+        torch.ones(2).type("torch.cuda.LongTensor")
+        torch.ones(2).type(torch.float64)  # not a legacy type: torch's own, not counted
+        uses = {u.api: u for u in trace.report_data()}
+    finally:
+        trace.stop_report()
+        trace.reset()
+    assert uses["torch.cuda.FloatTensor"].calls == 2
+    assert uses["torch.cuda.FloatTensor"].how.startswith("translated: the legacy constructor")
+    assert uses["torch.Tensor.type"].calls == 1
