@@ -105,6 +105,7 @@ def test_device_must_be_the_namespaces(translated, target):
     _same(torch.cuda.IntTensor(2, device="cuda"), torch.IntTensor(2), target, values=False)
     _same(torch.cuda.IntTensor([5], device=torch.device("cuda", 0)), torch.IntTensor([5]), target)
     _same(torch.cuda.IntTensor([5], device=0), torch.IntTensor([5]), target)
+    _same(torch.cuda.IntTensor([5], device=None), torch.IntTensor([5], device=None), target)
     if target.count > 1:
         assert torch.cuda.IntTensor(2, device="cuda:1").device == target.device(1)
     kind, message = _error(lambda: torch.cuda.FloatTensor(2, device="meta"))

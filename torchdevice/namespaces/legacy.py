@@ -71,7 +71,9 @@ class LegacyTensorType(type):
             _trace.note(f"torch.{cls._ns}.{cls.__name__}", cls._how)
         device = devices.map_device(cls._ns)
         if "device" in kwargs:
-            device = cls._device_of(kwargs.pop("device"))
+            given = kwargs.pop("device")
+            if given is not None:
+                device = cls._device_of(given)
         if len(args) == 1 and not kwargs:
             arg = args[0]
             if isinstance(arg, torch.Tensor):
