@@ -188,12 +188,16 @@ def test_set_default_tensor_type_sets_dtype_and_device(translated, target, defau
     made = torch.zeros(2)
     assert (made.dtype, made.device) == (torch.float64, target.device(0))
     assert torch.tensor([1.5]).device == target.device(0)
+    _same(torch.Tensor(2, 3), torch.DoubleTensor(2, 3), target, values=False)  # torch.Tensor: the default type
+    _same(torch.Tensor([1, 2]), torch.DoubleTensor([1, 2]), target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.set_default_tensor_type("torch.FloatTensor")  # a CPU type: CPU tensors again, as torch
     made = torch.zeros(2)
     assert (made.dtype, made.device, torch.get_default_device()) == (torch.float32, torch.device("cpu"),
                                                                     torch.device("cpu"))
+    _same_on_cpu = torch.Tensor([1, 2])
+    assert (_same_on_cpu.dtype, _same_on_cpu.device) == (torch.float32, torch.device("cpu"))
 
 
 def test_set_default_tensor_type_refuses_what_torch_refuses(translated, default_type_restored):
@@ -209,14 +213,16 @@ def test_set_default_tensor_type_refuses_what_torch_refuses(translated, default_
 def test_unpatch_gives_every_object_back(on_target):
     before = {name: vars(torch.cuda)[name] for name in NAMES}
     methods = (torch.Tensor.type, torch.set_default_tensor_type)
-    assert "type" not in vars(torch.Tensor)
+    assert "type" not in vars(torch.Tensor) and "__new__" not in vars(torch.Tensor)
     with torchdevice.patched():
+        assert "__new__" in vars(torch.Tensor)
         assert all(vars(torch.cuda)[name] is not before[name] for name in NAMES)
         assert torch.Tensor.type is not methods[0] and torch.set_default_tensor_type is not methods[1]
     assert all(vars(torch.cuda)[name] is before[name] for name in NAMES)
     assert (torch.Tensor.type, torch.set_default_tensor_type) == methods
     assert torch.Tensor.type is methods[0] and torch.set_default_tensor_type is methods[1]
-    assert "type" not in vars(torch.Tensor)
+    assert "type" not in vars(torch.Tensor) and "__new__" not in vars(torch.Tensor)
+    assert type(torch.Tensor([1])) is torch.Tensor and torch.Tensor.__new__ is torch._C.TensorBase.__new__
 
 
 def test_the_matrix_says_translated_and_native_on_cuda():

@@ -18,8 +18,9 @@ Each class of :data:`LEGACY_TYPES` that ``torch.<ns>`` has (only ``torch.cuda`` 
   the calling thread to the program's device, through the translated ``torch.set_default_device("cuda")``; a
   CPU type set afterwards clears that default device again.
 
-``torch.Tensor(...)`` itself (the untyped legacy constructor) does not follow the default device: on a target
-other than the CPU it still makes CPU tensors (use ``torch.empty``/``torch.tensor``, which do).
+``torch.Tensor(...)`` (the untyped legacy constructor, which ``torch.set_default_device`` does not reach) follows
+it too: while a legacy type of ``torch.<ns>`` is the thread's default, it is that namespace's class of the default
+dtype.
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ TENSOR_TYPE_NOTE = ("given a torch.{ns} legacy type (the class or its name), mov
                     "argument goes to torch")
 DEFAULT_TYPE_NOTE = ("given a torch.{ns} legacy type (the class or its name), sets the default dtype (floating types "
                      "only, as torch) and this thread's default device to the {backend} backend's, as "
-                     "set_default_device('{ns}') does; a CPU type goes to torch and clears that default device")
+                     "set_default_device('{ns}') does, torch.Tensor(...) included; a CPU type goes to torch and clears that "
+                     "default device")
 
 
 class LegacyTensorType(type):
@@ -188,6 +190,21 @@ def _set_default_tensor_type(original: Callable[..., Any], state: dict[str, Any]
     return set_default_tensor_type
 
 
+def _tensor_new(original: Callable[..., Any], state: dict[str, Any], ns: str) -> staticmethod:
+    """``torch.Tensor(...)`` (the untyped legacy constructor): while a ``torch.<ns>`` legacy type is this thread's
+    default tensor type, the legacy type of the default dtype (on the program's device, as on CUDA)."""
+    names = {dtype: name for name, dtype in LEGACY_TYPES.items()}
+
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls is torch.Tensor and getattr(_default, "device_set", False):
+            legacy = state.get(f"{ns}.{names.get(torch.get_default_dtype())}")
+            if isinstance(legacy, LegacyTensorType):
+                return legacy(*args, **kwargs)
+        return original(cls, *args, **kwargs)
+
+    return staticmethod(__new__)
+
+
 def install(patcher: Any, target: Target, ns: str) -> None:
     """``Tensor.type`` and ``torch.set_default_tensor_type`` taking ``torch.<ns>``'s stand-ins (built by the
     install into ``target.state``) and their names."""
@@ -200,3 +217,4 @@ def install(patcher: Any, target: Target, ns: str) -> None:
                                                    target.name, how_type))
     patcher.set(torch, "set_default_tensor_type", _set_default_tensor_type(
         patcher.get(torch, "set_default_tensor_type"), target.state, ns, how_default))
+    patcher.set(torch.Tensor, "__new__", _tensor_new(torch._C.TensorBase.__new__, target.state, ns))
