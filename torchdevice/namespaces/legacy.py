@@ -12,7 +12,9 @@ Each class of :data:`LEGACY_TYPES` that ``torch.<ns>`` has (only ``torch.cuda`` 
 * ``isinstance(t, torch.cuda.FloatTensor)`` is True for a dense float32 tensor on the target's device type
   (where a ``device="cuda"`` tensor is, as ``Tensor.is_cuda`` answers), False otherwise;
 * ``t.type(torch.cuda.FloatTensor)`` / ``t.type("torch.cuda.FloatTensor")`` is ``t.to(device, dtype)``
-  (``t`` itself when it is already there, as on CUDA);
+  (``t`` itself when it is already there, as on CUDA); another ``"torch.cuda.<name>"`` is refused as CUDA refuses
+  an unknown name (ValueError), or, for a sparse type (``"torch.cuda.sparse.FloatTensor"``), with
+  :class:`~torchdevice.UnsupportedError` (the sparse classes of ``torch.cuda.sparse`` are not translated);
 * ``torch.set_default_tensor_type(torch.cuda.FloatTensor)`` (or its name) sets the default dtype as torch's
   own function does with the CPU class (same checks, same deprecation warning), then the default device of
   the calling thread to the program's device, through the translated ``torch.set_default_device("cuda")``; a
