@@ -388,7 +388,7 @@ def test_the_vocabulary_does_not_import_torch():
 def test_every_namespace_row_says_where_it_is_declared():
     from torchdevice import namespaces
 
-    families = {"devices", "memory", "streams", "rng", "nvtx", "nccl", "tunable"}
+    families = {"devices", "memory", "streams", "rng", "nvtx", "nccl", "tunable", "legacy"}
     for table in (namespaces.SPECS, namespaces.NVTX_SPECS):
         for name, spec in table.items():
             path, _, line = spec.declared_at.rpartition(":")

@@ -17,6 +17,8 @@ Where to look
     ``nvtx.py``         torch.cuda.nvtx ranges and marks
     ``nccl.py``         torch.cuda.nccl: version from the backend's collective engine, the rest unsupported
     ``tunable.py``      torch.cuda.tunable (TunableOp): queries False, settings unsupported
+    ``legacy.py``       the legacy typed tensor classes (FloatTensor ...: construction, isinstance),
+                        Tensor.type and torch.set_default_tensor_type taking them
     ``accelerator.py``  torch.accelerator, answering as the source family's namespace (its rows reuse
                         that family's builders; own rows: current_accelerator, device_index ...)
     ==================  ===========================================================================
@@ -111,7 +113,7 @@ from __future__ import annotations
 # The family modules declare their functions into the table when imported, in this order (the
 # table's order); then the optional operations get their rules (table._wrap_optional_ops), once.
 # isort: off
-from . import devices, memory, streams, rng, nvtx, nccl, tunable
+from . import devices, memory, streams, rng, nvtx, nccl, tunable, legacy
 # isort: on
 from .install import install, installed, uninstall
 from .rng import _DeviceGenerators

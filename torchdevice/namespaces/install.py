@@ -12,7 +12,7 @@ from .. import boundary, comm
 from .. import trace as _trace
 from .._patching import Patcher
 from ..router import Target
-from . import accelerator
+from . import accelerator, legacy
 from .nvtx import _nvtx_state
 from .rules import NATIVE, TRANSLATED, UNSUPPORTED
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
@@ -36,8 +36,8 @@ def _build(target: Target, ns: str, name: str, spec: Spec) -> Any:
         return _raiser(api, target.name, note, name.rpartition(".")[2])
     built = spec.build(target, ns, name.rpartition(".")[2])
     if spec.kind == "class":
-        if name in ("Stream", "Event"):
-            return built  # the backend's own classes, as they are
+        if name in ("Stream", "Event") or isinstance(built, legacy.LegacyTensorType):
+            return built  # the backend's own classes, as they are; legacy types note their own construction
         return _traced_class(built, api, status_, note)
     if spec.kind == "value":
         return built
@@ -118,6 +118,7 @@ def install(patcher: Patcher, target: Target) -> None:
         if ns == "cuda":
             _install_nvtx(patcher, target)
             _install_comm(patcher, target)
+            legacy.install(patcher, target, ns)
         installed[ns] = objects
     if target.sources:
         _install_get_device_module(patcher, target)

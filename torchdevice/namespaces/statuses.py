@@ -8,7 +8,7 @@ import torch
 
 from ..backend import Status
 from ..router import Target
-from . import accelerator
+from . import accelerator, legacy
 from .rules import NATIVE, NOOP, TRANSLATED
 from .table import NAMESPACES, NVTX_SPECS, SPECS, SUBMODULES, Spec
 
@@ -74,7 +74,7 @@ def fronted(ns: str) -> list[str]:
     if ns == "mps":
         apis.add("torch.backends.mps.is_available")
     if ns == "cuda":
-        apis |= {"torch.get_device_module", "torch.Tensor.record_stream"}
+        apis |= {"torch.get_device_module", "torch.Tensor.record_stream", *LEGACY_CALLERS}
     return sorted(apis)
 
 
@@ -93,6 +93,8 @@ def api_status(target: Target, api: str) -> tuple[Status, str] | None:
         return record_stream_status(target)
     if api.startswith("torch.accelerator."):
         return accelerator.status(target, api)
+    if api in LEGACY_CALLERS:
+        return legacy_caller_status(target, api)
     if api == "torch.get_device_module":
         return TRANSLATED, (
             f"a {', '.join(t for t in NAMESPACES if t != target.device_type)} device string gives the fronted "
@@ -123,6 +125,18 @@ def record_stream_status(target: Target) -> tuple[Status, str]:
             "queued on one is complete when its call returns, so the memory may be reused at once"
         )
     return NATIVE, "torch's own Tensor.record_stream with the backend's stream"
+
+
+#: torch functions taking a legacy tensor type, translated for torch.cuda's (:mod:`.legacy`)
+LEGACY_CALLERS = {"torch.Tensor.type": legacy.TENSOR_TYPE_NOTE,
+                  "torch.set_default_tensor_type": legacy.DEFAULT_TYPE_NOTE}
+
+
+def legacy_caller_status(target: Target, api: str) -> tuple[Status, str]:
+    """``Tensor.type`` / ``torch.set_default_tensor_type`` given a ``torch.cuda`` legacy tensor type on ``target``."""
+    if target.device_type == "cuda":
+        return NATIVE, f"torch's own {api}: torch.cuda's legacy types are the {target.name} backend's own"
+    return TRANSLATED, LEGACY_CALLERS[api].format(ns="cuda", backend=target.name)
 
 
 COMM_FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")
