@@ -171,6 +171,20 @@ def test_dynamos_tables_hold_torchs_functions_after_init_process_group_cleared_t
     assert torch.Tensor.to in trace_rules.get_tensor_method()
 
 
+def test_dynamos_class_tables_hold_torchs_classes_when_first_read_under_translation(on_target):
+    from torch._dynamo.variables.user_defined import UserDefinedClassVariable as classes
+
+    real = (torch.cuda.Stream, torch.cuda.Event, torch.cuda.FloatTensor, torch.cuda.LongTensor)
+    classes._in_graph_classes.cache_clear()
+    classes._constant_fold_classes.cache_clear()
+    with torchdevice.patched():
+        assert torch.cuda.FloatTensor is not real[2]  # fronted while translating
+        classes._in_graph_classes()  # dynamo's first read, as when a compiled program constructs a stream
+        classes._constant_fold_classes()
+    assert all(cls in classes._in_graph_classes() for cls in real)
+    assert torch.device in classes._constant_fold_classes()
+
+
 def _run(program: str, translated: bool, tmp_path: Path, name: str):
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{name}")}
     if translated:

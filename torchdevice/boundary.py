@@ -170,6 +170,10 @@ class _UnpatchedLoader(WrappedLoader):
 WARMERS: dict[str, Callable[[Any], object]] = {
     # dynamo's table of torch functions to put in graphs (by identity) and of Tensor's builtin methods
     "torch._dynamo.trace_rules": lambda m: (m.get_torch_obj_rule_map(), m.get_tensor_method()),
+    # dynamo's classes constructed in graphs (torch.cuda.Stream, Event, the legacy torch.cuda.FloatTensor ...)
+    # and folded to constants (torch.device ...)
+    "torch._dynamo.variables.user_defined": lambda m: (m.UserDefinedClassVariable._in_graph_classes(),
+                                                       m.UserDefinedClassVariable._constant_fold_classes()),
 }
 
 
