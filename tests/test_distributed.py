@@ -154,6 +154,26 @@ def test_one_process_nccl_group_ddp_and_unpatch(on_cpu):
     assert dist.is_nccl_available() is native_nccl  # torch's own answer again
 
 
+def test_a_translated_ddp_module_frees_its_group_last_from_python(on_target):
+    import pickle
+
+    from torchdevice.distributed.wrappers import LAST_GROUP_REFERENCE, LastGroupReference
+
+    with torchdevice.patched():
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            ddp = torch.nn.parallel.DistributedDataParallel(nn.Linear(3, 1).cuda())
+        finally:
+            dist.destroy_process_group()
+    keys = list(vars(ddp))
+    # after the reducer and the logger (both hold the group in C++): freeing the module drops them first
+    assert keys.index(LAST_GROUP_REFERENCE) > max(keys.index("reducer"), keys.index("logger"))
+    kept = vars(ddp)[LAST_GROUP_REFERENCE]
+    assert kept.group is ddp.process_group and kept.group is not None
+    assert pickle.loads(pickle.dumps(kept)).group is None and isinstance(kept, LastGroupReference)
+    del ddp  # the group is freed here, after its destroy_process_group, as at the end of a program's main
+
+
 def test_every_catalog_function_has_a_status(on_cpu):
     assert len(tddist.CATALOG) == 56
     statuses = {name: tddist.status(name) for name in tddist.CATALOG}

@@ -273,6 +273,31 @@ def _wrap_init_device_mesh(orig: _Fn) -> _Fn:
     return _marked(init_device_mesh, orig)
 
 
+class LastGroupReference:
+    """A translated DDP module's process group, held by the attribute added last to the module, after DDP's
+    own reducer and logger.
+
+    Freeing the module then drops the group's last reference from Python, and torch releases the GIL
+    before it destroys a group freed there. Freed by the reducer instead, as happens when the program
+    destroyed the group first (``destroy_process_group()`` at the end of ``main`` while its DDP model
+    is still a local variable), gloo's group joins its worker thread with the GIL held while that
+    worker, freeing a finished collective's tensors, waits for the GIL: a hang at exit (seen with sim's
+    DDP; NCCL, which the program was written for, has no such worker). It pickles empty, as DDP drops
+    its group when pickled."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: ProcessGroup | None) -> None:
+        self.group = group
+
+    def __reduce__(self) -> tuple[type[LastGroupReference], tuple[None]]:
+        return (LastGroupReference, (None,))
+
+
+#: the DDP attribute that holds its group's last reference (:class:`LastGroupReference`)
+LAST_GROUP_REFERENCE = "_torchdevice_last_group_reference"
+
+
 def _wrap_ddp_init(orig: _Fn) -> _Fn:
     sig = inspect.signature(orig)
 
@@ -294,6 +319,8 @@ def _wrap_ddp_init(orig: _Fn) -> _Fn:
             arguments["device_ids"] = device_ids
         if "output_device" in arguments:
             arguments["output_device"] = output_device
-        return orig(*bound.args, **bound.kwargs)
+        orig(*bound.args, **bound.kwargs)
+        module = arguments["self"]
+        module.__dict__[LAST_GROUP_REFERENCE] = LastGroupReference(getattr(module, "process_group", None))
 
     return _marked(__init__, orig)

@@ -80,7 +80,7 @@ checked by running them (`tox -e sim`: the plugin's tests, CUDA programs transla
 `torch.compile`).
 
 The core suite's translation tests run with sim as their target too (`tox -e sim` sets
-`TORCHDEVICE_TEST_TARGET=sim`; every core test that takes the `on_target` fixture, 300 of them, with
+`TORCHDEVICE_TEST_TARGET=sim`; every core test that takes the `on_target` fixture, 301 of them, with
 their expectations read from native sim code): device translation and its edges (`test_devices`,
 `test_translation_edges`, `test_device_translation_matches_native`, `test_unpatch`), the fronted
 namespaces (`test_namespaces`, `test_source_family`, `test_device_properties`), `torch.cuda.comm`
