@@ -3,8 +3,8 @@
 # its own environment (core + the five plugins + mlx[cpu], torch==2.13.0 from constraints.txt)
 # and runs pytest over tests/ and plugins/.
 #
-#   bash scripts/test.sh                       # the whole suite (what .ci/run runs): lint and py311,
-#                                              # with packaging beside them (tox -e packaging)
+#   bash scripts/test.sh                       # the whole suite (what .ci/run runs): py311, with lint
+#                                              # and packaging beside it (tox -e lint,packaging)
 #   bash scripts/test.sh -- -k router -x       # arguments after -- go to pytest
 #   bash scripts/test.sh -e packaging          # other arguments go to tox
 #
@@ -28,22 +28,22 @@ fi
 
 set +e
 if [ "$#" -eq 0 ]; then
-    # The whole suite (CI). packaging builds wheels and fresh venvs, one process at a time, so it runs
-    # beside lint and py311 (whose pytest keeps every core busy) instead of after them; its output is
-    # printed after theirs, and either failing fails the run.
+    # The whole suite (CI). lint, then packaging (which builds wheels and fresh venvs, one process at a
+    # time), run beside py311 (whose pytest keeps every core busy) instead of before and after it; their
+    # output is printed after py311's, and any failing fails the run.
     mkdir -p "$root/.tox"
-    log="$root/.tox/packaging.log"
-    "$tools/bin/python" -m tox -e packaging >"$log" 2>&1 &
-    packaging=$!
-    trap 'kill "$packaging" 2>/dev/null' EXIT
-    "$tools/bin/python" -m tox -e lint,py311
+    log="$root/.tox/lint-packaging.log"
+    "$tools/bin/python" -m tox -e lint,packaging >"$log" 2>&1 &
+    beside=$!
+    trap 'kill "$beside" 2>/dev/null' EXIT
+    "$tools/bin/python" -m tox -e py311
     rc=$?
-    wait "$packaging"
-    packaging_rc=$?
+    wait "$beside"
+    beside_rc=$?
     trap - EXIT
-    echo "scripts/test.sh: tox -e packaging ran beside lint and py311; its output:"
+    echo "scripts/test.sh: tox -e lint,packaging ran beside py311; its output:"
     cat "$log"
-    if [ "$rc" -eq 0 ]; then rc=$packaging_rc; fi
+    if [ "$rc" -eq 0 ]; then rc=$beside_rc; fi
 else
     "$tools/bin/python" -m tox "$@"
     rc=$?
