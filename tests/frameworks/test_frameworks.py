@@ -124,7 +124,8 @@ def lightning_oracle_fp16(tmp_path_factory):
 
 
 @pytest.mark.parametrize("accelerator, devices", [
-    ("gpu", "1"), ("cuda", "1"), ("auto", "auto"),
+    # accelerator="cuda" is in the CI subset through test_lightning_16_mixed_is_float16_with_a_real_scaler[cuda]
+    ("gpu", "1"), pytest.param("cuda", "1", marks=FULL), ("auto", "auto"),
     pytest.param("gpu", "auto", marks=FULL), pytest.param("cuda", "auto", marks=FULL), pytest.param("auto", "1", marks=FULL),
 ])
 def test_lightning_single_device(tmp_path, accelerator, devices, lightning_native_bf16):
@@ -140,7 +141,7 @@ def test_lightning_single_device(tmp_path, accelerator, devices, lightning_nativ
     assert all_dtypes(lightning_native_bf16["seen"]) == {"torch.bfloat16"}  # the reference ran bf16 too
 
 
-@pytest.mark.parametrize("accelerator", ["gpu", "cuda"])
+@pytest.mark.parametrize("accelerator", [pytest.param("gpu", marks=FULL), "cuda"])  # "gpu": single_device[gpu-1]
 def test_lightning_16_mixed_is_float16_with_a_real_scaler(tmp_path, accelerator, lightning_oracle_fp16):
     """16-mixed: CUDA's float16 autocast and GradScaler, on the target (Lightning's own CPU path would
     have switched to bf16), equal to the plain-torch float16 loop; the checkpoint, scaler state
