@@ -44,12 +44,6 @@ QUERIES = {
 }
 
 
-@pytest.fixture
-def translated(on_target):
-    with torchdevice.patched():
-        yield
-
-
 @pytest.mark.parametrize("expression", sorted(QUERIES))
 def test_torch_internals_get_the_real_answer_and_the_program_the_translated_one(translated, expression):
     native = QUERIES[expression]

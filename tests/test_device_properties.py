@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import capability, host, matrix, translate
+from torchdevice import capability, host, matrix
 from torchdevice.backend import CUDA_PROPERTY_FIELDS, DeviceProperties
 
 _TYPES = {"_int": int, "int": int, "str": str}
@@ -30,13 +30,6 @@ def _torchs_cuda_property_fields() -> dict[str, type]:
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_CudaDeviceProperties")
     return {n.target.id: _TYPES[ast.unparse(n.annotation)] for n in cls.body
             if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-
-
-@pytest.fixture
-def translated(on_target):
-    translate.patch()
-    yield
-    translate.unpatch()
 
 
 def test_every_field_torch_declares_is_there_with_its_type(translated):

@@ -19,15 +19,6 @@ RealDevice = torch.device
 RealGenerator = torch.Generator
 
 
-@pytest.fixture
-def translated(on_target):
-    torchdevice.patch()
-    try:
-        yield
-    finally:
-        torchdevice.unpatch()
-
-
 def snapshot():
     return (
         dict(vars(torch)),

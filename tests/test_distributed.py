@@ -45,12 +45,6 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 # -- in this process --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def translated(on_target):
-    with torchdevice.patched() as target:
-        yield target
-
-
 @pytest.mark.parametrize(
     "given, on_a_host, on_a_device",  # the target's engine on a host target (gloo), or its type's own
     [

@@ -20,15 +20,6 @@ NAMES = sorted(LEGACY_TYPES)
 REAL = {name: vars(torch.cuda)[name] for name in NAMES}  # torch's own classes, read before any patch
 
 
-@pytest.fixture
-def translated(on_target):
-    torchdevice.patch()
-    try:
-        yield
-    finally:
-        torchdevice.unpatch()
-
-
 def _same(result: torch.Tensor, native: torch.Tensor, target, values: bool = True) -> None:
     assert type(result) is torch.Tensor
     assert result.dtype == native.dtype

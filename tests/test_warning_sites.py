@@ -37,13 +37,6 @@ def _autocasts():
     ]
 
 
-@pytest.fixture
-def translated(on_target):
-    translate.patch()
-    yield
-    translate.unpatch()
-
-
 @pytest.mark.parametrize("index", range(len(_calls())))
 def test_deprecation_warnings_point_at_the_programs_line(translated, index):
     call, expected = _calls()[index]
