@@ -192,12 +192,7 @@ def warm() -> None:
 def rewarm() -> None:
     """Fill :data:`WARMERS`' caches again, torch unpatched, after torch code run while translating emptied
     them: ``init_process_group`` clears dynamo's trace rules, which dynamo would then refill with ours."""
-    guard = _guard
-    if guard is None:
-        warm()
-        return
-    guard.enter()
-    guard.leave()  # the last leave warms, before torch is patched again
+    unpatched(warm)()
 
 
 _guard: TorchImports | None = None
