@@ -36,15 +36,15 @@ MODULES: dict[str, list[str]] = {
     "devices": ["tests/test_devices.py", "tests/test_device_arguments.py", "tests/test_translation_edges.py",
                 "tests/test_default_generators.py", "tests/test_unpatch.py", "tests/test_source_family.py",
                 "tests/test_device_translation_matches_native.py"],
-    "router": ["tests/test_router.py", "tests/test_router_reports.py", "tests/test_api_extras.py",
-               "tests/test_router_records.py"],
-    "cpu": ["tests/test_api_cpu.py", "tests/test_memory.py", "tests/test_honesty_oracle.py",
-            "tests/test_default_generators.py", "tests/test_source_family.py", "tests/test_cpu_memory_counters.py",
-            "tests/test_cpu_host_figures.py"],
-    "host": ["tests/test_api_cpu.py", "tests/test_memory.py", "tests/test_cpu_memory_counters.py",
-             "tests/test_cpu_host_figures.py", "tests/test_device_properties.py", "tests/test_host_sensors.py",
-             "tests/test_host_macos_readers.py", "tests/test_host_linux_readers.py"],
-    "streams": ["tests/test_host_streams.py", "tests/test_api_cpu.py", "tests/test_namespaces.py",
+    "router": ["tests/router/test_selection.py", "tests/router/test_reports.py",
+               "tests/router/test_records.py"],
+    "cpu": ["tests/test_api.py", "tests/test_memory.py", "tests/test_honesty_oracle.py",
+            "tests/test_default_generators.py", "tests/test_source_family.py", "tests/cpu/test_memory_counters.py",
+            "tests/cpu/test_host_figures.py"],
+    "host": ["tests/test_api.py", "tests/test_memory.py", "tests/cpu/test_memory_counters.py",
+             "tests/cpu/test_host_figures.py", "tests/test_device_properties.py", "tests/host/test_sensors.py",
+             "tests/host/test_macos_readers.py", "tests/host/test_linux_readers.py"],
+    "streams": ["tests/test_host_streams.py", "tests/test_api.py", "tests/test_namespaces.py",
                 "tests/test_honesty_oracle.py", "tests/test_source_family.py", "tests/test_logical_device_streams.py"],
     "_patching": ["tests/test_unpatch.py", "tests/test_devices.py", "tests/test_namespaces.py",
                   "tests/test_source_family.py"],
@@ -52,7 +52,7 @@ MODULES: dict[str, list[str]] = {
 #: tests in those files that only run subprocesses (the unmutated tree): they cannot kill a mutant, and
 #: mutmut's stats pass would still pay for them
 SUBPROCESS_ONLY = [
-    # tests/test_router.py (the `runs` fixture: installed entry-point plugins, the CLI)
+    # tests/router/test_selection.py (the `runs` fixture: installed entry-point plugins, the CLI)
     "entry_point_plugin_outranks_cpu_in_info_json", "entry_point_plugin_in_info_table_of_console_script",
     "entry_point_plugin_is_selected_by_the_api", "env_backend_beats_entry_point_priority",
     "priority_env_demotes_entry_point_plugin", "entry_point_backend_not_automatic_is_taken_only_by_use",
@@ -64,9 +64,9 @@ SUBPROCESS_ONLY = [
     "run_default_source_is_cuda_in_the_program_and_its_children", "run_source_from_flag_or_env_reaches_the_children",
     "run_infers_the_source_family_from_the_script", "run_bad_source", "zero_code_activation_reads_the_source_family",
     "mp_spawn_over_device_count_on_two_logical_devices", "run_bad_device_count",
-    # tests/test_api_extras.py, tests/test_unpatch.py
+    # tests/test_api.py, tests/test_unpatch.py
     "info_shows_each_backends_description", "first_unpatch_restores_what_was_there_before_any_patch",
-    # tests/test_router_records.py (entry points, read once per process)
+    # tests/router/test_records.py (entry points, read once per process)
     "unavailable_entry_point_backend_by_name_lists_every_available_backend",
     "named_backend_failing_at_resolution_lists_every_available_backend",
 ]

@@ -220,7 +220,7 @@ def test_children_inherit_translation(tmp_path):
 
 
 def test_a_named_backend_imports_no_other_plugin():
-    """TORCHDEVICE_BACKEND=cpu: no plugin distribution is imported (issue 11: activation cost)."""
+    """TORCHDEVICE_BACKEND=cpu: no plugin distribution is imported (activation cost)."""
     from helpers import run_python
 
     code = ("import sys, torch; assert torch.zeros(1, device='cuda').device.type == 'cpu'; "

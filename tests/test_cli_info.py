@@ -7,11 +7,14 @@ not selected.
 """
 from __future__ import annotations
 
+import json
 import sys
 from importlib.metadata import version
 
 import pytest
 from helpers import PLUGIN_FIXTURES, run_command, run_concurrently, run_python, run_torchdevice, write_distribution
+
+from torchdevice.cpu import CPUBackend
 
 
 def _an_unavailable_backend() -> str | None:
@@ -177,3 +180,12 @@ def test_backend_mps_where_mps_does_not_run_suggests_source_mps(tmp_path):
     for result in results.values():
         assert "`torchdevice run --source mps`" in result.stderr, result
     assert results["flag"].returncode == 2 and "ran" not in results["flag"].stdout
+
+
+def test_info_shows_each_backends_description():
+    table = run_command([sys.executable, "-m", "torchdevice", "info"], env={"TORCHDEVICE_PLUGINS": ""})
+    assert table.returncode == 0, str(table)
+    assert f"cpu  {CPUBackend.description}" in table.stdout, table.stdout
+    data = json.loads(run_command([sys.executable, "-m", "torchdevice", "info", "--json"],
+                                  env={"TORCHDEVICE_PLUGINS": ""}).stdout)
+    assert {b["name"]: b["description"] for b in data["backends"]}["cpu"] == CPUBackend.description

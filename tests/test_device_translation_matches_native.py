@@ -1,6 +1,5 @@
 """Device translation against native torch: compiled factories, torch's own ``is_cuda``, copyreg, what
-torch rejects, the stand-in classes, ``map_location`` tables, unpatch (found blind by mutation testing:
-docs/testing.md, issue 15).
+torch rejects, the stand-in classes, ``map_location`` tables, unpatch.
 
 Each test states what a CUDA program (or torch itself) can observe, with the expected value taken
 from native torch or from the documented contract, never from torchdevice's own output:

@@ -1,4 +1,4 @@
-"""The operation families as a reference (issue 12): documented signatures, implementations that match
+"""The operation families as a reference: documented signatures, implementations that match
 them, and the generated hook reference of docs/plugins.md that shows them."""
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ MAY_REFUSE: dict[str, str] = {
 }
 
 #: Queries that are still refused on a host backend although a program only asks them: a known
-#: gap against "answer queries, refuse only actions" (issue 9), listed per backend so that it
+#: gap against "answer queries, refuse only actions", listed per backend so that it
 #: shrinks (an entry whose query now answers fails :func:`test_the_refused_queries_list_is_exact`).
 _HOST_TELEMETRY = ("clock_rate", "utilization", "list_gpu_processes", "temperature", "power_draw")  # cpu reads them
 REFUSED_QUERIES: dict[str, frozenset[str]] = {

@@ -1,5 +1,5 @@
 """Logical devices and their streams: ``TORCHDEVICE_DEVICE_COUNT``, a stream's device, default and current
-streams, ``set_stream`` (found unchecked by mutation testing of torchdevice/streams.py, issue 15), checked
+streams, ``set_stream``, checked
 against independent expectations.
 
 * ``TORCHDEVICE_DEVICE_COUNT``'s documented grammar (README, "Logical devices"): a whole number of
@@ -14,8 +14,6 @@ against independent expectations.
   ``set_stream`` takes back, also after the backend was resolved again with other classes.
 * ``set_stream`` of something that is no stream of the backend is an error naming the backend and
   the value; a stream class that names its own event class is left as it is by ``HostStreamOps``.
-
-The survivors these tests do not kill are triaged as equivalent with issue 15 (why no program can tell).
 """
 from __future__ import annotations
 

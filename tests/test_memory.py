@@ -1,5 +1,5 @@
 """Memory figures under translation: tensor bytes on cpu, CUDA's stat keys on every host backend,
-and the device queries a host answers (issue 9)."""
+and the device queries a host answers."""
 from __future__ import annotations
 
 import os
@@ -201,7 +201,7 @@ def test_host_queries_answer_on_cpu(on_cpu):
 
 def test_memory_bus_busy_time_stays_refused(host):
     with pytest.raises(torchdevice.UnsupportedError):
-        torch.cuda.memory_usage()  # no host exposes it (tests/test_host_sensors.py has the sensors the cpu reads)
+        torch.cuda.memory_usage()  # no host exposes it (tests/host/test_sensors.py has the sensors the cpu reads)
 
 
 @pytest.mark.parametrize("name", ["temperature", "power_draw"])
@@ -228,7 +228,7 @@ def test_mlx_reserved_peak(host):
 
 
 def test_allocator_snapshots_are_answered_empty(host):
-    """A program asking for the allocator's segments gets CUDA's shape with none (issue 9: a query is
+    """A program asking for the allocator's segments gets CUDA's shape with none (a query is
     answered, never refused): what CUDA returns before its first allocation."""
     assert torch.cuda.memory_snapshot() == []
     assert torch.cuda.memory_snapshot(include_traces=False) == []

@@ -1,4 +1,4 @@
-"""Only the source family claims a device; host backends get N logical devices (issue 10).
+"""Only the source family claims a device; host backends get N logical devices.
 
 * The *source family* is the device type the program is written for: ``cuda``
   unless ``TORCHDEVICE_SOURCE`` / ``torchdevice run --source`` /

@@ -1,4 +1,4 @@
-"""Versions and pins (issue 12): the core and the five plugins are released together, above the
+"""Versions and pins: the core and the five plugins are released together, above the
 unrelated ``torchdevice`` 0.1.x on PyPI, each plugin requiring a compatible core range; read from the
 pyproject files and the packages, fast (the built wheels are checked by tests/test_packaging.py)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``LightningModule.device`` on the mlx backend is the program's device (issue 27).
+"""``LightningModule.device`` on the mlx backend is the program's device.
 
 Lightning records a module's device in ``_DeviceDtypeModuleMixin.to`` through ``torch._C._nn._parse_to``,
 which re-parses the translated device into a plain ``cpu`` one: inside ``training_step`` ``self.device`` was

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from typing import Any
 
 from . import Integration, current_target
@@ -272,8 +271,3 @@ class LightningIntegration(Integration):
         to.__qualname__ = f"{mixin.__name__}.to"
         to.__doc__ = f"{mixin.__name__}.to; the translated device recorded as given (torchdevice)"
         patcher.set(mixin, "to", to)
-
-
-def loaded_packages() -> list[str]:
-    """Lightning packages imported in this process (for tests and diagnostics)."""
-    return [m for m in ("lightning", "pytorch_lightning", "lightning_fabric") if m in sys.modules]

@@ -86,7 +86,7 @@ their expectations read from native sim code): device translation and its edges 
 namespaces (`test_namespaces`, `test_source_family`, `test_device_properties`), `torch.cuda.comm`
 (`test_comm`), `torch.distributed`'s backend argument (`test_distributed`), AMP (`test_amp`), where
 warnings point (`test_warning_sites`), memory figures (`test_memory`), and the events and streams of the
-device-agnostic API (`test_api_cpu`, `test_logical_device_streams`), `torch.accelerator`
+device-agnostic API (`test_api`, `test_logical_device_streams`), `torch.accelerator`
 (`test_accelerator`), the import boundary and stand-ins torch's machinery sees (`test_boundary`,
 `test_stand_ins`) and framework integrations (`test_integrations`); a test whose expectation holds on
 the cpu backend only is skipped there with its reason (docs/testing.md).

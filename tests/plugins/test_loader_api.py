@@ -113,7 +113,7 @@ def test_core_info_is_torchdevices_own_distribution_and_version():
 
 
 def test_no_module_reaches_for_the_loaders_private_names():
-    """The integration loader (and the router, the CLI ...) use the public API only (issue 25)."""
+    """The integration loader (and the router, the CLI ...) use the public API only."""
     import ast
     from pathlib import Path
 

@@ -3,7 +3,6 @@ file, the CPU topology (threads per core), the L2 cache size and the maximum clo
 
 They run against fake trees in ``tmp_path`` (``host.CPU0`` and ``CPUINFO`` pointed there) and a
 scripted ``sysctl_int``; every expected value is worked out here by hand from what was written.
-(Found blind by mutation testing, docs/testing.md, issue 15.)
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import torch
 
 import torchdevice
 from torchdevice import InvalidDeviceError, UnsupportedError, cpu
+from torchdevice.cpu import CPUCollectives
 
 MiB = 1024 * 1024
 TENSOR_BYTES = 128 * MiB
@@ -465,3 +466,7 @@ def test_cpu_name_without_proc_is_what_platform_says(monkeypatch):
     assert host.cpu_name() == "arm64"
     monkeypatch.setattr(host.platform, "processor", lambda: "arm")
     assert host.cpu_name() == "arm"
+
+
+def test_dist_backend_is_the_active_backends_engine(on_cpu):
+    assert torchdevice.dist_backend() == CPUCollectives.dist_backend == "gloo"

@@ -1,4 +1,4 @@
-"""The host's sensors as the cpu backend's answers (issue 9): ``temperature``, ``power_draw``, ``clock_rate``.
+"""The host's sensors as the cpu backend's answers: ``temperature``, ``power_draw``, ``clock_rate``.
 
 A query gets the host's reading where it exposes one, and where it does not a
 :class:`torchdevice.SensorUnavailableError` saying what was tried -- never

@@ -1,4 +1,4 @@
-"""The vendor kit on backends with asynchronous queues (issue 23, item 3), and ``StreamOps.sleep``.
+"""The vendor kit on backends with asynchronous queues, and ``StreamOps.sleep``.
 
 ``tests/fixtures/plugins/td_queuechip.py`` is a third-party-style backend with a queue and a worker
 thread per stream, implementing ``StreamOps.sleep``: it passes every check. Each bug a plugin

@@ -1,9 +1,9 @@
 """What the router reports when plugins get things wrong: each record, problem and error in full.
 
 ``torchdevice info`` and the errors of ``torchdevice.use()`` are how a user learns why a backend
-is not there; tests/test_router.py checks the selection they lead to, these check the words and
-fields themselves (in process, so mutation testing can reach them; the subprocess tests in
-tests/test_router.py and tests/test_plugin_faults.py check the same through real entry points).
+is not there; tests/router/test_selection.py checks the selection they lead to, these check the words and
+fields themselves, in process (the subprocess tests in
+tests/router/test_selection.py and tests/plugins/test_faults.py check the same through real entry points).
 """
 from __future__ import annotations
 

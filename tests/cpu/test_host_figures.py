@@ -2,8 +2,7 @@
 fields it answers itself, and that its families are its own.
 
 Expected values come from the kernel (``/proc/meminfo``), from ``os``, or from fake files and a fake
-sysfs tree written here, worked out by hand. (Found blind by mutation testing, docs/testing.md,
-issue 15.)
+sysfs tree written here, worked out by hand.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """What the router records and reports per backend: plugins without distribution information, a backend
-that failed when asked for by name, priorities, and the property fields filled per device (found blind by
-mutation testing: docs/testing.md, issue 15).
+that failed when asked for by name, priorities, and the property fields filled per device.
 
 * A plugin put on pluggy's plugin manager directly (not through ``torchdevice.plugins.register``,
   so without distribution information) still declares its backend: it is listed, with no
@@ -8,12 +7,12 @@ mutation testing: docs/testing.md, issue 15).
 * A backend asked for by name (``torchdevice.use``) that fails while resolving must not be reported
   as available afterwards -- neither in the error's "available here" list nor in
   ``torchdevice.backends()`` -- as it is not when automatic selection skips it
-  (``tests/test_router.py::test_plugin_raising_at_resolution_falls_back_to_the_next``). The
+  (``tests/router/test_selection.py::test_plugin_raising_at_resolution_falls_back_to_the_next``). The
   failure is kept until the next ``use()``/invalidation, whatever rebuilds the records.
 * An entry-point backend asked for by name that is unavailable: the error lists every available
   backend, also those of entry-point plugins not imported yet (a named selection imports only the
   named plugin; the error must not stop there). In a subprocess, as entry points are read once per
-  process, so mutmut cannot run it (scripts/mutation.py deselects it); its kill was checked by hand.
+  process.
 * Priorities rank backends: 1 outranks 0 whatever the registration order (a priority of 0 is a
   priority, not a missing one).
 * The fields a backend leaves empty are filled per device as ``capability.FILLED`` documents:

@@ -10,7 +10,7 @@ open and count exact bytes. c10's reporter declares ``size_t allocated_; size_t 
 order and logs "Memory block of unknown size ..." when a storage it never saw allocated is freed while
 ``log_cnt_ % 1000 == 0``; its members are located here by allocating storages of known byte sizes.
 Otherwise expected values come from the kernel (``/proc/self/status``), scripted counters and a
-scripted stand-in for ``torch.empty``. (Found blind by mutation testing, docs/testing.md, issue 15.)
+scripted stand-in for ``torch.empty``.
 """
 from __future__ import annotations
 

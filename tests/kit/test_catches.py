@@ -1,4 +1,4 @@
-"""The vendor kit catches the mistakes a plugin author makes (issue 12).
+"""The vendor kit catches the mistakes a plugin author makes.
 
 A correct two-device host backend with its own Stream/Event classes passes every check; each
 planted bug, one at a time in a subclass, must make :func:`torchdevice.testing.check_backend`

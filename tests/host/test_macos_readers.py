@@ -10,7 +10,7 @@ return 0 or a kernel error code. The layout and the constants are taken from the
 torchdevice: <mach/task_info.h> (``struct mach_task_basic_info``, ``#pragma pack(4)``, flavor 20,
 12 words), <mach/host_info.h> and <mach/vm_statistics.h> (``HOST_VM_INFO64`` = 4, 38 words,
 ``free_count`` and ``inactive_count`` at words 0 and 2), <malloc/malloc.h>
-(``malloc_statistics_t``). (Found blind by mutation testing, docs/testing.md, issue 15.)
+(``malloc_statistics_t``).
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from torchdevice.testing import (
 )
 from torchdevice.torch_backend import NamespaceView, TorchMemory, TorchNamespaceBackend, bind_ops, calls
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 
 
 # -- docs --------------------------------------------------------------------------------------
