@@ -11,7 +11,6 @@ module-level name, attribute or field of some module or class of it.
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import importlib
 import pkgutil
 import re

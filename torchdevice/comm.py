@@ -107,7 +107,7 @@ def _resolve(device: object, backend: Target, *, optional: bool = False, allow_h
         if isinstance(device, str):
             dev = _Device(device)
         elif isinstance(device, _Device) or (hasattr(device, "type") and hasattr(device, "index")):
-            dev = device
+            dev = cast(_Device, device)  # or a duck-typed device: what is read of it is .type and .index
         else:
             raise TypeError(f"expected a device index, str or torch.device, got {type(device).__name__} {device!r}")
         if dev.type == "cpu" and own != "cpu":

@@ -140,8 +140,11 @@ def _compute(device: object) -> tuple[object, bool]:
     return real if isinstance(device, _Device) else device, False
 
 
-def map_device(device: object) -> object:
-    """Return ``device`` translated for the current target (unchanged when not a source device)."""
+def map_device(device: object) -> Any:
+    """Return ``device`` translated for the current target (unchanged when not a source device).
+
+    Typed ``Any``: a device argument torch accepts (``str``, ``int``, ``torch.device``, ``None``) maps to
+    another one, and anything else comes back unchanged for torch to reject in its own words."""
     cacheable = type(device) in _CACHEABLE
     if cacheable:
         try:

@@ -313,12 +313,13 @@ class HostStreamOps(StreamOps):
     """Stream/event family for host-synchronous backends.
 
     Subclasses set ``Stream`` and ``Event`` to subclasses of
-    :class:`HostStream`/:class:`HostEvent` bound to their backend, and may
-    override :meth:`synchronize` (MLX calls ``mx.synchronize``).
+    :class:`HostStream`/:class:`HostEvent` bound to their backend (or ``Event`` to an event class of
+    their own, as MPS's over ``torch.mps.Event``), and may override :meth:`synchronize` (MLX calls
+    ``mx.synchronize``).
     """
 
     Stream: ClassVar[type[HostStream]] = HostStream
-    Event: ClassVar[type[HostEvent]] = HostEvent
+    Event: ClassVar[type[EventInterface]] = HostEvent
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Pair the subclass's own Stream and Event classes (record_event() makes this Event,
@@ -335,8 +336,8 @@ class HostStreamOps(StreamOps):
                 f"backend = {stream.backend!r} and set it as Event of {cls.__qualname__}, next to Stream")
         if stream is not HostStream and "_event_class" not in vars(stream) and "event_class" not in vars(stream):
             stream._event_class = event
-        if event is not HostEvent and "stream_class" not in vars(event):
-            event.stream_class = stream
+        if event is not HostEvent and issubclass(event, HostEvent) and "stream_class" not in vars(event):
+            event.stream_class = stream  # what a HostEvent records on by default; an event of its own has no use for it
 
     def __init__(self, backend: str) -> None:
         super().__init__(backend)

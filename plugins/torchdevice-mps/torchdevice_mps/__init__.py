@@ -67,12 +67,13 @@ from __future__ import annotations
 
 import importlib
 import platform
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from torchdevice.backend import (
     Availability,
     DeviceProperties,
     EventInterface,
+    StreamInterface,
     emulated,
     native,
     noop,
@@ -91,6 +92,9 @@ from torchdevice.torch_backend import (
     discard,
     uses,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 __version__ = "1.0.0"
 __all__ = ["MPSBackend", "MPSMemory", "MPSStreams", "MPSRNG", "MPSStream", "MPSEvent", "plugin"]
@@ -160,16 +164,17 @@ class MPSEvent(EventInterface):
         self._stream: MPSStream | None = None
 
     @property
-    def device(self):
+    def device(self) -> torch.device | None:
         return None if self._stream is None else self._stream.device
 
     @native("torch.mps.Event.record (the one command queue)")
-    def record(self, stream=None) -> None:
-        self._stream = stream if stream is not None else current_stream_of(self.backend, current_device_of(self.backend))
+    def record(self, stream: MPSStream | None = None) -> None:
+        current = current_stream_of(self.backend, current_device_of(self.backend))
+        self._stream = stream if stream is not None else cast(MPSStream, current)
         self._event.record()
 
     @native("torch.mps.Event.wait")
-    def wait(self, stream=None) -> None:
+    def wait(self, stream: MPSStream | None = None) -> None:
         self._event.wait()
 
     @native("torch.mps.Event.query")
@@ -215,14 +220,14 @@ class MPSStream(HostStream):
         return bool(marker.query())
 
     @native("torch.mps.Event.wait for MPS events")
-    def wait_event(self, event) -> None:
+    def wait_event(self, event: EventInterface) -> None:
         if isinstance(event, MPSEvent):
             event.wait()
         else:
             event.synchronize()
 
     @emulated("one in-order command queue: later work already follows the other stream's")
-    def wait_stream(self, stream) -> None:
+    def wait_stream(self, stream: StreamInterface) -> None:
         return None
 
     @classmethod
@@ -259,7 +264,7 @@ class MPSRNG(TorchRNG):
 
     @uses("_get_default_mps_generator")
     @translated("the MPS default generator (<namespace>._get_default_mps_generator())")
-    def default_generator(self, index: int):
+    def default_generator(self, index: int) -> torch.Generator:
         return self.ns._get_default_mps_generator()
 
 
