@@ -6,7 +6,7 @@ Where to look
     next to the code that builds it:
 
     ==================  ===========================================================================
-    ``devices.py``      is_available, device_count, current/set_device, device, device_of,
+    ``discovery.py``    is_available, device_count, current/set_device, device, device_of,
                         synchronize, properties, capability, bf16/tf32, peer access
     ``memory.py``       memory_allocated ... mem_get_info (one loop over ``device_op_builder``),
                         deprecated aliases, empty_cache, memory fraction, summaries, allocator
@@ -113,7 +113,7 @@ from __future__ import annotations
 # The family modules declare their functions into the table when imported, in this order (the
 # table's order); then the optional operations get their rules (table._wrap_optional_ops), once.
 # isort: off
-from . import devices, memory, streams, rng, nvtx, nccl, tunable, legacy
+from . import discovery, memory, streams, rng, nvtx, nccl, tunable, legacy
 # isort: on
 from .install import install, installed, uninstall
 from .rng import _DeviceGenerators
