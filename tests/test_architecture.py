@@ -388,7 +388,7 @@ def test_the_vocabulary_does_not_import_torch():
 def test_every_namespace_row_says_where_it_is_declared():
     from torchdevice import namespaces
 
-    families = {"devices", "memory", "streams", "rng", "nvtx", "nccl", "tunable", "legacy"}
+    families = {"discovery", "memory", "streams", "rng", "nvtx", "nccl", "tunable", "legacy"}
     for table in (namespaces.SPECS, namespaces.NVTX_SPECS):
         for name, spec in table.items():
             path, _, line = spec.declared_at.rpartition(":")
@@ -397,7 +397,7 @@ def test_every_namespace_row_says_where_it_is_declared():
             assert "fronts(" in source or "declare_" in source, f"{name}: {spec.declared_at} is not a declaration"
     where = namespaces.where("torch.cuda.memory_allocated")
     assert where.startswith("torchdevice/namespaces/memory.py:") and "device_op_builder('memory', 'memory_allocated')" in where
-    assert "devices.build_is_available" in namespaces.where("torch.cuda.is_available")
+    assert "discovery.build_is_available" in namespaces.where("torch.cuda.is_available")
     assert namespaces.where("torch.cuda.nccl.version").startswith("torchdevice/namespaces/nccl.py:")
     assert "memory.build_private_snapshot" in namespaces.where("torch.cuda.memory._snapshot")
     assert "nvtx.build_range_push" in namespaces.where("torch.cuda.nvtx.range_push")
