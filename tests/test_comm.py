@@ -1,4 +1,4 @@
-"""torch.cuda.comm on the active backend (torchdevice.comm), against hand-computed results.
+"""torch.cuda.comm on the active backend (torchdevice.namespaces.comm), against hand-computed results.
 
 Runs in this process with translation on (``torch.cuda.comm`` is then
 torchdevice's), on the suite's target (the built-in CPU backend; sim in
@@ -12,9 +12,9 @@ import torch
 from helpers import make_backend
 
 import torchdevice
-import torchdevice.comm as tdcomm
+import torchdevice.namespaces.comm as tdcomm
 from torchdevice.backend import Status
-from torchdevice.comm import DeviceComm, NativeCUDAComm
+from torchdevice.collectives import DeviceComm, NativeCUDAComm
 
 _Device = type(torch.empty(0).device)
 
@@ -280,3 +280,15 @@ def test_native_cuda_comm_passes_through(monkeypatch):
     assert ops.gather([t], 0, tdcomm.HOST, None) == "g"
     assert calls == [("broadcast", (t, [0, 1]), {"out": None}), ("gather", ([t], 0, "cpu"), {})]
     assert all(tdcomm.status_of(ops, n)[0] is Status.NATIVE for n in tdcomm.FUNCTIONS)
+
+
+def test_the_old_import_path_answers_with_a_deprecation_warning():
+    """``torchdevice.comm`` is the one alias left of the moved names: each still answers, naming its home."""
+    import torchdevice.comm as old
+
+    with pytest.warns(DeprecationWarning, match="torchdevice.collectives"):
+        assert old.DeviceComm is DeviceComm
+    with pytest.warns(DeprecationWarning, match="torchdevice.namespaces.comm"):
+        assert old.broadcast is tdcomm.broadcast
+    with pytest.raises(AttributeError, match="no_such_name"):
+        old.no_such_name  # noqa: B018

@@ -395,7 +395,7 @@ def test_nvtx_depths_are_true(patched):
     assert torch.cuda.nvtx.range_end(a) is None
 
 
-def test_comm_routes_to_torchdevice_comm(patched):
+def test_comm_routes_to_the_translated_comm_module(patched):
     x = torch.arange(3.0, device="cuda")
     copies = torch.cuda.comm.broadcast(x, [0, 0])
     assert len(copies) == 2 and all(torch.equal(c, x) for c in copies)

@@ -486,7 +486,7 @@ class CollectiveOps(Ops):
     :class:`~torchdevice.UnsupportedError` (gloo reports no version).
 
     The operations are ``torch.cuda.comm``'s single-process, multi-device
-    collectives, with the arguments of :mod:`torchdevice.comm` except that
+    collectives, with the arguments of :mod:`torchdevice.namespaces.comm` except that
     every device argument arrives resolved to a valid ``int`` index of this
     backend (``-1``: host memory, for ``gather``'s destination), and
     exactly one of ``devices`` and ``out`` is given where both exist.

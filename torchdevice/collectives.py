@@ -8,8 +8,7 @@
 
 Backends build on these; neither touches the router. The user-facing
 ``torch.cuda.comm`` functions, which resolve device arguments against the
-active backend and call these, are in :mod:`torchdevice.comm` (which also
-re-exports both classes under their old import path). The aliasing rules are
+active backend and call these, are in :mod:`torchdevice.namespaces.comm`. The aliasing rules are
 described there.
 """
 from __future__ import annotations

@@ -41,7 +41,7 @@ before patching sees the translation too, and :func:`torchdevice.unpatch`
 gives every attribute back (identity). Submodules that re-export the same
 functions are patched alike: ``torch.cuda.memory``, ``torch.cuda.random``,
 ``torch.cuda.streams``, ``torch.cuda.graphs``, ``torch.cuda.nvtx``,
-``torch.cuda.comm`` (to :mod:`torchdevice.comm` where it implements the
+``torch.cuda.comm`` (to :mod:`torchdevice.namespaces.comm` where it implements the
 function), the functions of ``torch.cuda.memory``, ``torch.cuda.nccl`` and
 ``torch.cuda.tunable`` that ``torch.cuda`` does not re-export (rows
 ``"memory._snapshot"`` ...), ``torch.xpu.memory``/``random``/``streams``, ``torch.mtia.memory``

@@ -8,11 +8,11 @@ from typing import Any, cast
 
 import torch
 
-from .. import boundary, comm
+from .. import boundary
 from .. import trace as _trace
 from .._patching import Patcher
 from ..router import Target
-from . import accelerator, legacy
+from . import accelerator, comm, legacy
 from .nvtx import _nvtx_state
 from .rules import NATIVE, TRANSLATED, UNSUPPORTED
 from .statuses import _ORIGINAL_NAMES, COMM_FUNCTIONS, api_status, comm_status
@@ -167,7 +167,7 @@ def _install_nvtx(patcher: Patcher, target: Target) -> None:
 
 
 def _install_comm(patcher: Patcher, target: Target) -> None:
-    """``torch.cuda.comm.<fn>`` -> :mod:`torchdevice.comm`'s function over the backend's collectives."""
+    """``torch.cuda.comm.<fn>`` -> :mod:`torchdevice.namespaces.comm`'s function over the backend's collectives."""
     import torch.cuda.comm as cuda_comm
     for name in COMM_FUNCTIONS:
         impl = getattr(comm, name, None)

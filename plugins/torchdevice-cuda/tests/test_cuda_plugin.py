@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 import torchdevice_cuda
-from torchdevice.comm import NativeCUDAComm
+from torchdevice.collectives import NativeCUDAComm
 from torchdevice.testing import NamespaceContract, StandIn, UnavailableHere
 from torchdevice_cuda import CudaBackend
 

@@ -17,7 +17,7 @@ import torchdevice
 import torchdevice_mlx
 from torchdevice import router
 from torchdevice.backend import Status, status_of
-from torchdevice.comm import DeviceComm
+from torchdevice.collectives import DeviceComm
 from torchdevice.testing import check_backend, info_json, router_sandbox
 from torchdevice_mlx import _mlx
 from torchdevice_mlx import backend as mlx_backend

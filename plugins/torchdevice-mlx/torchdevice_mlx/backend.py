@@ -76,7 +76,7 @@ RNG
 
 Collectives
   ``torch.cuda.comm``'s six with torch operations on host tensors
-  (:class:`torchdevice.comm.DeviceComm`); ``gloo`` across processes for
+  (:class:`torchdevice.collectives.DeviceComm`); ``gloo`` across processes for
   ``torch.distributed`` programs: the tensors are host tensors. MLX's own
   collectives of torch tensors (``mx.distributed``, ring/MPI/JACCL, started by
   ``mlx.launch``) are :mod:`torchdevice_mlx.distributed`, also reachable as
@@ -410,7 +410,7 @@ class MLXRNG(CPURNG):
 
 class MLXCollectives(CPUCollectives):
     """Host tensors, as on the CPU backend: ``torch.cuda.comm``'s six with torch operations on
-    ``cpu`` (:class:`torchdevice.comm.DeviceComm`), ``gloo`` across processes.
+    ``cpu`` (:class:`torchdevice.collectives.DeviceComm`), ``gloo`` across processes.
 
     :attr:`mx_distributed` is MLX's own engine for torch tensors
     (:mod:`torchdevice_mlx.distributed`, over ``mx.distributed``; launch with

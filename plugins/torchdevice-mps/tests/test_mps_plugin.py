@@ -15,7 +15,7 @@ import torch
 
 import torchdevice_mps
 from torchdevice.backend import Status, status_of
-from torchdevice.comm import DeviceComm
+from torchdevice.collectives import DeviceComm
 from torchdevice.errors import UnsupportedError
 from torchdevice.testing import RETURNED, Expect, IntLike, NamespaceContract, StandIn, UnavailableHere
 from torchdevice_mps import MPSBackend, MPSEvent, MPSStream

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 import torchdevice_xpu
-from torchdevice.comm import DeviceComm
+from torchdevice.collectives import DeviceComm
 from torchdevice.testing import RETURNED, Expect, NamespaceContract, UnavailableHere
 from torchdevice_xpu import XPUBackend
 
