@@ -16,12 +16,12 @@ _FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coal
 
 
 def __getattr__(name: str) -> Any:
-    if name in _IMPLEMENTATIONS:
-        from . import collectives as home
-    elif name in _FUNCTIONS:
-        from .namespaces import comm as home
-    else:
+    from . import collectives
+    from .namespaces import comm
+
+    if name not in _IMPLEMENTATIONS + _FUNCTIONS:
         raise AttributeError(f"module 'torchdevice.comm' has no attribute {name!r}")
+    home = collectives if name in _IMPLEMENTATIONS else comm
     warnings.warn(f"torchdevice.comm.{name} is deprecated: import it from {home.__name__}", DeprecationWarning,
                   stacklevel=2)
     return getattr(home, name)

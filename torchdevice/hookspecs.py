@@ -27,13 +27,12 @@ override one family of another plugin's backend).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pluggy
 
 if TYPE_CHECKING:  # the hooks' argument and result types (backend imports this module for hookimpl)
     from .backend import Availability, BackendSpec, CollectiveOps, DeviceProperties, MemoryOps, RNGOps, StreamOps
-    from .integration import Integration
 
 PROJECT = "torchdevice"
 
@@ -160,3 +159,28 @@ def torchdevice_integrations() -> Sequence[Integration] | None:
     ``torchdevice.integrations`` instead of ``torchdevice`` (a worked example:
     docs/plugins.md, "Framework integrations").
     """
+
+
+# -- what torchdevice_integrations returns --------------------------------------
+# Defined beside the hooks: it is the hook's contract. The machinery that collects, watches and installs
+# integrations is torchdevice.integrations (which re-exports it as torchdevice.integrations.Integration).
+
+
+class Integration:
+    """Base class of a framework integration (subclassing is optional: the attributes are what counts).
+
+    ``install`` is called once for each of :attr:`modules`, when that module has been imported while
+    translation is on; it changes the framework only through ``patcher.set(obj, name, value)``, so that
+    :func:`torchdevice.unpatch` gives every touched attribute back exactly.
+    """
+
+    #: short unique lowercase name, e.g. ``"lightning"``
+    name: str = ""
+    #: what it adapts, in words (``torchdevice info``)
+    framework: str = ""
+    #: modules whose import activates it (``install`` is called once per module)
+    modules: tuple[str, ...] = ()
+
+    def install(self, patcher: Any, target: Any, module: Any) -> None:
+        """Adapt ``module`` (one of :attr:`modules`, just imported) to ``target`` through ``patcher``."""
+        raise NotImplementedError

@@ -44,9 +44,8 @@ import threading
 import types
 from typing import Any
 
-from ..hookspecs import hookimpl
+from ..hookspecs import Integration, hookimpl
 from ..importhooks import WrappedLoader, WrappingFinder
-from ..integration import Integration
 
 ENV_DISABLE = "TORCHDEVICE_DISABLE_INTEGRATIONS"
 GROUP = "torchdevice.integrations"
