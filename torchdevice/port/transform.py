@@ -170,23 +170,23 @@ class _Porter(cst.CSTTransformer):
         return updated.with_changes(args=[device, *args])
 
     def _to_call(self, call: cst.Call) -> cst.Call:
-        """``x.cuda()`` -> ``x.to(ACCELERATOR)``; ``x.cuda(1)`` -> ``x.to(torch.device(ACCELERATOR.type, 1))``."""
+        """``x.cuda()`` -> ``x.to(ACCELERATOR)``; ``x.cuda(1)`` -> ``x.to(torch.device(ACCELERATOR.type, 1))``.
+
+        The arguments keep their layout and comments: the index is replaced in place, or the device put first.
+        """
         assert isinstance(call.func, cst.Attribute)
         args = list(call.args)
-        index = next((a for a in args if a.keyword is None and not a.star), None)
-        index = index or next((a for a in args if a.keyword and a.keyword.value == "device"), None)
-        rest = [a for a in args if a is not index]
-        if index is None:
-            target = _expr(self._acc())
+        at = next((i for i, a in enumerate(args) if a.keyword is None and not a.star or
+                   a.keyword is not None and a.keyword.value == "device"), None)
+        if at is None:
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if args else cst.MaybeSentinel.DEFAULT
+            args.insert(0, cst.Arg(_expr(self._acc()), comma=comma))
         else:
             target = _expr(f"torch.device({self._acc('.type')}, _)")
             assert isinstance(target, cst.Call)
-            target = target.with_changes(args=[target.args[0], target.args[1].with_changes(value=index.value)])
-        first = cst.Arg(target, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if rest else
-                        cst.MaybeSentinel.DEFAULT)
-        if rest:
-            rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=[first, *rest])
+            index = target.args[1].with_changes(value=args[at].value)
+            args[at] = args[at].with_changes(value=target.with_changes(args=[target.args[0], index]))
+        return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=args)
 
     # -- strings ---------------------------------------------------------------------------------
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
