@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from torchdevice.port import PortError, port_source
-from torchdevice.port.rules import ACCEL, AGNOSTIC, KEPT, ACCELERATOR_NAMES, TORCH_NAMES, namespace_rule
+from torchdevice.port.rules import ACCEL, ACCELERATOR_NAMES, AGNOSTIC, KEPT, TORCH_NAMES, namespace_rule
 from torchdevice.scan import scan_source
 
 ROOT = Path(__file__).resolve().parents[1]
