@@ -213,3 +213,10 @@ def test_bad_input_is_a_clear_error(tmp_path, args, message):
     (tmp_path / "bad.py").write_text("x = 1\ny = (\n")
     done = _cli(*args, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_command_line_loads_the_codemod_only_when_porting():
+    """`torchdevice run` builds the same parser: libcst must not slow every start."""
+    code = "import sys, torchdevice.cli as c; c.build_parser(); print('libcst' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr

@@ -10,7 +10,17 @@ torch.device("cpu")``). Porting ported code changes nothing.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .command import add_arguments, run
-from .transform import PortError, PortResult, Unported, port_source
 
 __all__ = ["PortError", "PortResult", "Unported", "add_arguments", "port_source", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    # the codemod (and libcst) load on first use: the command line builds its parser on every start
+    if name in ("PortError", "PortResult", "Unported", "port_source"):
+        from . import transform
+
+        return getattr(transform, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,10 +5,13 @@ import argparse
 import difflib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..scan.tree import iter_files
 from ..vocabulary import SOURCE_FAMILIES
-from .transform import PortError, PortResult, port_source
+
+if TYPE_CHECKING:
+    from .transform import PortResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _port_file(path: str, families: tuple[str, ...] | None) -> tuple[str, PortResult]:
+    from .transform import port_source
+
     with open(path, encoding="utf-8", newline="") as f:
         source = f.read()
     return source, port_source(source, path, families)
@@ -48,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         for path in missing:
             print(f"torchdevice port: error: no such file or directory: {path}", file=sys.stderr)
         return 2
+    from .transform import PortError
+
     families = (args.source,) if args.source else None
     failed = unported = changed = 0
     for path in iter_files(args.paths):
