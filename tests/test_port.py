@@ -78,6 +78,7 @@ def test_each_cuda_rewrite(before, after):
     ("ok = torch.backends.mps.is_built()", "ok = (torch.accelerator.current_accelerator() is not None)"),
     ("torch.mps.synchronize()", "torch.accelerator.synchronize()"),
     ("n = torch.mps.current_allocated_memory()", "n = torch.accelerator.memory_allocated()"),
+    ("n = torch.mps.driver_allocated_memory()", "n = torch.accelerator.memory_reserved()"),
     ("torch.mps.manual_seed(0)", "torch.get_device_module(ACCELERATOR).manual_seed(0)"),
     ("e = torch.mps.Event(enable_timing=True)", "e = torch.Event(enable_timing=True)"),
 ])

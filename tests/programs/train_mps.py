@@ -40,11 +40,13 @@ redraw = torch.rand(3, device="mps")
 model.eval()
 accuracy = (model(x).argmax(dim=1) == y).float().mean().item()
 allocated = torch.mps.current_allocated_memory()
+driver = torch.mps.driver_allocated_memory()
 torch.mps.empty_cache()
 json.dump({
     "losses": losses,
     "accuracy": accuracy,
     "memory_bytes": allocated,
+    "driver_bytes": driver,
     "rng_draw": draw.tolist(),
     "rng_redraw": redraw.tolist(),
     "elapsed_ms": start.elapsed_time(end),

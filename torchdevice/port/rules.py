@@ -38,6 +38,7 @@ ACCELERATOR_NAMES = {
     "memory_stats": "memory_stats", "reset_peak_memory_stats": "reset_peak_memory_stats",
     "reset_accumulated_memory_stats": "reset_accumulated_memory_stats", "mem_get_info": "get_memory_info",
     "current_allocated_memory": "memory_allocated",  # MPS: bytes of live tensors, as memory_allocated
+    "driver_allocated_memory": "memory_reserved",  # MPS: what the allocator holds, as translation reads it
 }
 
 #: ``torch.<family>.X`` -> ``torch.X``: the device-generic classes

@@ -3,7 +3,8 @@ natively on sim (``torchdevice_sim.load()``, then the program: no torchdevice, n
 exactly the numbers the unported program prints when translated onto sim (``torchdevice run --backend sim``).
 
 Every number of a program's output is compared (losses, accuracy, memory, RNG draws, sums), except the
-measured timings, which must be present and positive.
+measured timings, which must be present and positive. ``examples/ddp_train.py`` runs on two sim
+processes under torchrun, both ways: its losses and every rank's parameters are compared.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ PROGRAMS = {
     "tests/programs/compare_mlp.py": ("cuda", [], "text"),
     "tests/programs/profile_cuda.py": ("cuda", [], "stdout"),
     "tests/programs/train_mps.py": ("mps", [], "stdout"),
+    "examples/ddp_train.py": ("cuda", [], "torchrun"),  # checked by its own test, under torchrun
 }
 #: measured, so present and positive but never equal between two runs
 MEASURED = {"train_ms", "elapsed_ms", "middle_ms", "images_per_s"}
@@ -65,7 +67,9 @@ def runs(tmp_path_factory) -> dict[str, tuple[dict, dict, list[str]]]:
     """Each program ported once, then run both ways (two processes at a time)."""
     tmp = tmp_path_factory.mktemp("port")
     ported: dict[str, tuple[Path, list[str]]] = {}
-    for rel, (family, _, _) in PROGRAMS.items():
+    for rel, (family, _, how) in PROGRAMS.items():
+        if how == "torchrun":
+            continue
         target = tmp / Path(rel).name
         result = port_source((ROOT / rel).read_text(), rel, (family,))
         target.write_text(result.code)
@@ -82,11 +86,12 @@ def runs(tmp_path_factory) -> dict[str, tuple[dict, dict, list[str]]]:
         native = _output([sys.executable, "-c", NATIVE, str(target), *args], out("native"), tmp)
         return _numbers(translated, how), _numbers(native, how), unported
 
+    single = [rel for rel in PROGRAMS if rel in ported]
     with ThreadPoolExecutor(2) as pool:
-        return dict(zip(PROGRAMS, pool.map(both, PROGRAMS)))
+        return dict(zip(single, pool.map(both, single)))
 
 
-@pytest.mark.parametrize("program", list(PROGRAMS))
+@pytest.mark.parametrize("program", [rel for rel, (_, _, how) in PROGRAMS.items() if how != "torchrun"])
 def test_the_ported_program_prints_the_translated_programs_numbers(runs, program):
     translated, native, unported = runs[program]
     assert unported == UNPORTED.get(program, [])
@@ -96,6 +101,33 @@ def test_the_ported_program_prints_the_translated_programs_numbers(runs, program
             assert isinstance(native[key], (int, float)) and native[key] > 0, key
         else:
             assert native[key] == value, (key, native[key], value)
+
+
+def _torchrun(args: list[str], cwd: Path) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_env(), cwd=cwd)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def test_the_ported_ddp_example_trains_as_the_translated_one_on_two_sim_processes(tmp_path):
+    """examples/ddp_train.py (NCCL, one GPU per rank) ported, under torchrun on two sim devices: the
+    losses and every rank's final parameters equal those of the unported program translated onto sim."""
+    import torch
+
+    rel = "examples/ddp_train.py"
+    result = port_source((ROOT / rel).read_text(), rel, ("cuda",))
+    assert result.unported == []
+    (tmp_path / "ddp_train.py").write_text(result.code)
+    (tmp_path / "native.py").write_text(NATIVE.replace("; ", "\n"))
+    _torchrun(["native.py", "ddp_train.py", "--out", str(tmp_path / "native")], tmp_path)
+    _torchrun(["-m", "torchdevice", "run", "--backend", "sim", str(ROOT / rel), "--out", str(tmp_path / "translated")],
+              ROOT)
+    for name in ("losses.pt", "rank0.pt", "rank1.pt"):
+        native, translated = (torch.load(tmp_path / how / name) for how in ("native", "translated"))
+        if isinstance(native, dict):
+            assert native.keys() == translated.keys() and all(torch.equal(native[k], translated[k]) for k in native)
+        else:
+            assert torch.equal(native, translated) and len(native) > 0
 
 
 def _leftovers(code: str) -> list[str]:
