@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Statically (AST) find accelerator-specific PyTorch uses and their status.")
     _scan.add_arguments(scan)
     scan.set_defaults(func=_scan.run)
+    from . import port as _port  # torchdevice port PATH... [--diff | --write] [--source FAMILY]
+
+    port = sub.add_parser("port", help="rewrite accelerator-specific code as device-agnostic torch code",
+                          description="Turn CUDA/MPS/XPU/MTIA-written code into device-agnostic torch code "
+                                      "(torch.accelerator, torch.amp, torch.Event/Stream), keeping comments.")
+    _port.add_arguments(port)
+    port.set_defaults(func=_port.run)
     from . import run as _run  # torchdevice run [--backend NAME] [--report FILE] SCRIPT|-m MODULE [ARGS...]
 
     run = sub.add_parser("run", help="run a CUDA-written program unmodified on the active backend",
