@@ -1,7 +1,7 @@
 """The ``mlx`` backend: torch tensors held as MLX arrays, MLX's allocator, streams and RNG.
 
 With translation on, tensors created on or moved to a source device are
-:class:`torchdevice_mlx.mlxtensor.MLXTensor` (data in an ``mx.array``, ops run in
+:class:`torchdevice_mlx.tensor.MLXTensor` (data in an ``mx.array``, ops run in
 MLX, host fallback per op; see :mod:`torchdevice_mlx.translation`, installed
 through ``torchdevice.translate.TRANSLATION_HOOKS``). They report device
 ``cpu`` to torch, this backend's ``device_type``. Plain torch CPU tensors a
@@ -107,8 +107,8 @@ from torchdevice.hookspecs import hookimpl
 from torchdevice.memstats import NoPinnedHostMemory
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
-from ._mlx import import_problem, mx
 from .conversion import evaluate_pending
+from .runtime import import_problem, mx
 
 __all__ = [
     "MLXBackend",

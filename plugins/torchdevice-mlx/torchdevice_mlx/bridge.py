@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from ._mlx import Array, mx
 from .conversion import to_mx_dtype
+from .runtime import Array, mx
 
 
 def to_mlx(tensor: torch.Tensor):

@@ -43,9 +43,9 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .conversion import array_from_torch, torch_from_array
-from .dispatch import _unwrap
-from .mlxtensor import MLXTensor, _new_base
+from .bridge import from_mlx, to_mlx
+from .tensor import MLXTensor, new_base, unwrap
+from .views import init_views
 
 log = logging.getLogger("torchdevice.mlx")
 aten = torch.ops.aten
@@ -90,10 +90,9 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
 
     A random op whose result nothing uses (a partitioner's recomputation copies them along) is dropped: eager
     draws it once, in the forward. One whose result a backward graph uses raises: it would draw again."""
-    from . import lowerings
-    from .views import _init_views
+    from . import lowerings  # imports mlx.core: only once a graph is compiled
 
-    _init_views()
+    init_views()
     impure = _impure_ops()
     random_ops = lowerings.RANDOM_OPS | {aten.native_dropout.default}
     for node in reversed(list(gm.graph.nodes)):
@@ -116,7 +115,7 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
         elif node.op == "get_attr":
             value = getattr(gm, node.target)
             constants[node] = value.mx_array if isinstance(value, MLXTensor) else (
-                array_from_torch(value) if isinstance(value, torch.Tensor) else value)
+                to_mlx(value) if isinstance(value, torch.Tensor) else value)
         elif node.op == "call_function":
             target = node.target
             if target is operator.getitem:
@@ -169,7 +168,7 @@ class _MLXGraph:
         if self.fn is not None:
             mlx_inputs = any(isinstance(a, MLXTensor) for a in args)
             try:
-                outs = self.fn(*[_unwrap(a) for a in args])
+                outs = self.fn(*[unwrap(a) for a in args])
             except (NotImplementedError, Unsupported, ValueError, TypeError) as exc:
                 _count("eager: lowering declined at run time", f"{type(exc).__name__}: {exc}")
                 self.fn = None
@@ -178,8 +177,8 @@ class _MLXGraph:
 
                 array = mx.array
                 if mlx_inputs:
-                    return [_new_base(o) if isinstance(o, array) else o for o in outs]
-                return [torch_from_array(o) if isinstance(o, array) else o for o in outs]
+                    return [new_base(o) if isinstance(o, array) else o for o in outs]
+                return [from_mlx(o, copy=True) if isinstance(o, array) else o for o in outs]
         return self.gm(*args)
 
     _boxed_call = True

@@ -1,4 +1,4 @@
-"""The ATen-op -> MLX lowering table used by :mod:`torchdevice_mlx.dispatch`.
+"""The ATen-op -> MLX lowering table used by :mod:`torchdevice_mlx.dispatch`: lowerings on MLX arrays.
 
 Each lowering takes MLX arrays where the op takes tensors (other arguments
 unchanged) and returns MLX arrays (or tuples/lists of them, ``None`` where the
@@ -16,8 +16,9 @@ Type promotion follows torch, not MLX: a binary op's operands are cast to
 ``torch.result_type`` of them (worked out once per combination of dtypes,
 dimensioned/zero-dim tensor and Python scalar kind) before MLX sees them.
 
-This module imports ``mlx.core`` at import: it is imported only by the
-dispatch of MLX tensors, which exist only where MLX does.
+This module imports ``mlx.core`` at import: it is imported (inside functions) only by the
+dispatch of MLX tensors, which exist only where MLX does. It knows nothing of tensors: the lowerings on
+the tensors themselves are :mod:`torchdevice_mlx.tensor_lowerings`'.
 """
 from __future__ import annotations
 
@@ -28,20 +29,17 @@ from typing import Any
 
 import mlx.core as _mlx_core
 import torch
+from torch._ops import OpOverload
 
-from .conversion import array_from_torch, to_mx_dtype, to_torch_dtype
-from .dispatch import _unwrap
-from .layout import like_layout
-from .mlxtensor import MLXTensor, _new_base
-from .views import write
+from .bridge import from_mlx, to_mlx
+from .conversion import note_fallback, to_mx_dtype, to_torch_dtype
+from .runtime import Array
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 LOWERINGS: dict = {}
 
-# the names the lowerings' annotations use
-#: an ``mlx.core.array`` (what a lowering takes where the op takes a tensor; MLX ships no types mypy reads)
-Array = Any
+# the names the lowerings' annotations use (Array: an ``mlx.core.array``, see torchdevice_mlx.runtime)
 #: a dimension argument: one, several, or None (all)
 Dims = int | Sequence[int] | None
 #: an int-or-list argument of convolution and pooling (stride, padding ...)
@@ -113,10 +111,6 @@ def _dt(dtype: torch.dtype | None):
 
 def _tdt(dtype: torch.dtype | None) -> torch.dtype:
     return to_torch_dtype(dtype)
-
-
-def _is_float(a: Array) -> bool:
-    return a.dtype in _FLOATS
 
 
 def _dims(dim: Dims, ndim: int):
@@ -506,7 +500,7 @@ def _addcdiv(a: Array, t1: Array, t2: Array, value=1):
 # -- copies, casts, factories -----------------------------------------------
 
 @lower(aten._to_copy.default)
-def _to_copy(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+def to_copy(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
              device: torch.device | str | None = None, pin_memory: bool | None = None, non_blocking: bool = False,
              memory_format: torch.memory_format | None = None):
     if device is not None and torch.device(device).type != "cpu":
@@ -529,7 +523,7 @@ def _p_convert(a: Array, dtype: torch.dtype | None):
 
 
 @lower(aten.clone.default, prims.clone.default)
-def _clone(a: Array, memory_format: torch.memory_format | None = None):
+def clone(a: Array, memory_format: torch.memory_format | None = None):
     return core.array(a)
 
 
@@ -1167,7 +1161,7 @@ def _native_dropout(a: Array, p, train: bool):
     # advances exactly as natively, so the same seed drops the same elements; applied here in MLX
     _, mask = torch.ops.aten.native_dropout.default(torch.ones(a.shape, dtype=_tdt(a.dtype)), p, train)
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
-    return (a * array_from_torch(mask)) * scale, array_from_torch(mask)
+    return (a * to_mlx(mask)) * scale, to_mlx(mask)
 
 
 # -- convolution and pooling ---------------------------------------------------------
@@ -1475,7 +1469,7 @@ def _as(a: Array | None, dtype: Any) -> Array | None:
     return a if a is None or a.dtype == dtype else a.astype(dtype)
 
 
-def _batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, training: bool, momentum: float, eps: float):
+def batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, training: bool, momentum: float, eps: float):
     """(out, save_mean, save_invstd, new running mean, new running var) of batch norm on arrays, computed and
     rounded in torch's dtypes (:func:`_bn_dtypes`)."""
     _bn_checks(xa, wa, ba, rm, rv)
@@ -1507,34 +1501,13 @@ def _batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, tr
 @lower(aten._native_batch_norm_legit_functional.default)
 def _bn_functional(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None, running_var: Array | None,
                    training: bool, momentum: float, eps: float):
-    return _batch_norm_arrays(x, weight, bias, running_mean, running_var, training, momentum, eps)
+    return batch_norm_arrays(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
 @lower(aten._native_batch_norm_legit_no_training.default)
 def _bn_no_training(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None, running_var: Array | None,
                     momentum: float, eps: float):
-    return _batch_norm_arrays(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
-
-
-def native_batch_norm_tensors(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None,
-                              running_var: Array | None, training: bool, momentum: float, eps: float):
-    """``native_batch_norm`` on MLX tensors: it updates the running statistics in place (its schema does not
-    say so), so it is lowered on the tensors, not on their arrays."""
-    if training and any(t is not None and not isinstance(t, MLXTensor) for t in (running_mean, running_var)):
-        raise NotImplementedError("running statistics held outside MLX")  # the decomposition updates them
-    xa, wa, ba = _unwrap(x), _unwrap(weight), _unwrap(bias)
-    rm, rv = _unwrap(running_mean), _unwrap(running_var)
-    out, save_mean, save_invstd, new_rm, new_rv = _batch_norm_arrays(xa, wa, ba, rm, rv, training, momentum, eps)
-    if training and running_mean is not None:
-        write(running_mean, new_rm)
-        write(running_var, new_rv)
-    return _new_base(out), _new_base(save_mean), _new_base(save_invstd)
-
-
-#: lowerings taking MLX tensors themselves (they make tensors with a layout, or write to arguments)
-TENSOR_LOWERINGS = {aten.native_batch_norm.default: native_batch_norm_tensors,
-                    # memory_format (channels_last, or a preserved dense layout) honoured: torchdevice_mlx.layout
-                    aten.clone.default: like_layout(_clone), aten._to_copy.default: like_layout(_to_copy)}
+    return batch_norm_arrays(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 
 @lower(aten.native_batch_norm_backward.default)
@@ -1780,3 +1753,13 @@ def _max_pool2d_with_indices_backward(grad: Array, x: Array, kernel_size: Ints, 
 from .opmath import apply as _apply_opmath  # noqa: E402 -- wraps the table built above
 
 _apply_opmath(LOWERINGS)
+
+
+def run_on_arrays(op: OpOverload, args: tuple, kwargs: dict) -> Array:
+    """View op ``op`` on MLX arrays (``args[0]`` one): its lowering, else (a view op that reinterprets data:
+    ``view(dtype)``, ``view_as_real`` ...) torch on the host, counted."""
+    lowering = LOWERINGS.get(op)
+    if lowering is not None:
+        return lowering(*args, **kwargs)
+    note_fallback(str(op))
+    return to_mlx(op(from_mlx(args[0], copy=True), *args[1:], **kwargs).contiguous())

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .conversion import fallback_counts
 from .lowerings import LOWERINGS
-from .mlxtensor import MLXTensor
+from .tensor import MLXTensor
 
 EXTRA = ("nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d", "nn.functional.embedding",
          "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.layer_norm",

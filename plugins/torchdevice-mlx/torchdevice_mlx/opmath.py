@@ -20,7 +20,7 @@ from typing import Any
 import mlx.core as core
 import torch
 
-from ._mlx import Array
+from .runtime import Array
 
 _HALF = (core.float16, core.bfloat16)
 _FLOATS = (core.float16, core.bfloat16, core.float32, core.float64)

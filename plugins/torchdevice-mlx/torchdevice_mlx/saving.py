@@ -1,6 +1,6 @@
 """Saving MLX tensors with libraries that read torch's storage: safetensors, and ``save_pretrained`` on it.
 
-An :class:`~torchdevice_mlx.mlxtensor.MLXTensor` has no host storage (its data is an ``mx.array``):
+An :class:`~torchdevice_mlx.tensor.MLXTensor` has no host storage (its data is an ``mx.array``):
 ``tensor.untyped_storage().data_ptr()`` raises "Attempted to access the data pointer on an invalid
 python storage" and ``tensor.data_ptr()`` is 0. safetensors reads both -- to find tensors sharing
 storage (tied weights) and to copy the bytes out -- so ``safetensors.torch.save_file``/``save``/
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .mlxtensor import MLXTensor
+from .tensor import MLXTensor
 
 #: safetensors' torch module, the first the integration adapts (all are in :data:`ADAPTED`)
 MODULE = "safetensors.torch"

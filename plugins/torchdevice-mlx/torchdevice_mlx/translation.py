@@ -3,7 +3,7 @@
 With the mlx backend active and translation on, a factory or ``Tensor.new_*`` given a source
 device (``torch.zeros(..., device="cuda")``, ``device=0``), ``Tensor.to("cuda")`` / ``.to(0)``,
 ``.cuda()`` and ``Module.to("cuda")``/``.cuda()`` return
-:class:`~torchdevice_mlx.mlxtensor.MLXTensor`. A *source* device is a string or
+:class:`~torchdevice_mlx.tensor.MLXTensor`. A *source* device is a string or
 ``torch.device`` naming a translated type, a bare ordinal (the accelerator's, as
 ``torch.device(0)`` is ``cuda:0``), or the device object translation
 returned for one (:data:`torchdevice.devices.host_target`: identity tells it
@@ -32,9 +32,9 @@ import torch
 import torch.utils._device
 from torch._ops import OpOverload
 
-from .conversion import array_from_torch
+from .bridge import to_mlx
 from .layout import from_host
-from .mlxtensor import MLXTensor
+from .tensor import MLXTensor
 
 _sources: frozenset = frozenset()
 
@@ -89,7 +89,7 @@ def _placed(out: Any, api: str) -> Any:
     if not _holdable(out):
         _left_on_host(api, out)
         return out
-    wrapped = MLXTensor(array_from_torch(out))
+    wrapped = MLXTensor(to_mlx(out))
     return wrapped.requires_grad_() if out.requires_grad else wrapped
 
 
@@ -115,7 +115,7 @@ def is_source(dev: object) -> bool:
 class ToMLX(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return MLXTensor(array_from_torch(x))
+        return MLXTensor(to_mlx(x))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
