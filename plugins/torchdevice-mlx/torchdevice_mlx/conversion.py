@@ -65,7 +65,7 @@ def note_fallback(name: str) -> None:
 
 # -- dtypes -----------------------------------------------------------------
 
-def _dtype_pairs():
+def _dtype_pairs() -> list[tuple[torch.dtype, Any]]:
     """Every torch dtype MLX holds, with its MLX dtype (the one table; ``distributed._MX_DTYPES`` is checked
     against it by the tests)."""
     core = mx()
@@ -103,7 +103,7 @@ def _no_dtype(dtype: object) -> TypeError:
                      f"(device='cpu')")
 
 
-def to_mx_dtype(dtype: torch.dtype):
+def to_mx_dtype(dtype: torch.dtype) -> Any:  # an mlx.core.Dtype
     """The MLX dtype of torch ``dtype``; a TypeError naming it and the dtypes MLX holds if it has none."""
     try:
         return _T2M[dtype]
@@ -129,7 +129,7 @@ def to_torch_dtype(dtype: Any) -> torch.dtype:  # an MLX dtype
 #: id(base tensor) -> weak reference, for every base tensor made or written since the last
 #: evaluate_pending(); dead entries are dropped when the table outgrows PENDING_LIMIT. Mutated in place,
 #: never rebound: tensor.new_base (every op's result) holds it by name.
-PENDING: dict[int, weakref.ref[torch.Tensor]] = {}  # MLX tensors (tensor.MLXTensor is above this module)
+PENDING: dict[int, weakref.ref[Any]] = {}  # to MLXTensors (tensor.MLXTensor, above this module)
 PENDING_LIMIT = [4096]
 
 

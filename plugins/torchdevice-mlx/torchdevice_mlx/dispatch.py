@@ -99,7 +99,7 @@ def _route(func: OpOverload) -> tuple:
     return route
 
 
-def dispatch(func: OpOverload, args: tuple, kwargs: dict):
+def dispatch(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run ATen op ``func`` on arguments some of which are :class:`MLXTensor`."""
     entry = _ROUTES.get(id(func))
     kind, lowering, flat, random, host, view = entry[1] if entry is not None else _route(func)
@@ -147,7 +147,7 @@ def dispatch(func: OpOverload, args: tuple, kwargs: dict):
 _declined = threading.local()
 
 
-def _not_lowered(func: OpOverload, args: tuple, kwargs: dict):
+def _not_lowered(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     """An op whose lowering does not cover these arguments: torch's decomposition, else the host (directly when a
     tensor MLX cannot hold is among them: torch's own kernel, as natively)."""
     if _unholdable_among(args, kwargs):
@@ -171,7 +171,7 @@ def _not_lowered(func: OpOverload, args: tuple, kwargs: dict):
 _MAKES_TENSORS: dict = {}
 
 
-def _run_decomposition(func: OpOverload, decomp, args: tuple, kwargs: dict):
+def _run_decomposition(func: OpOverload, decomp: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     quiet = _MAKES_TENSORS.get(func, 0)
     if quiet >= _QUIET_RUNS:
         return decomp(*args, **kwargs)
@@ -199,7 +199,7 @@ class _MLXFactories(TorchDispatchMode):
 
     made = False
 
-    def __torch_dispatch__(self, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None):
+    def __torch_dispatch__(self, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if type(out) is torch.Tensor and out.device.type == "cpu" and not _has_tensor(args, kwargs):
@@ -225,7 +225,7 @@ def _decomposition(func: OpOverload) -> Callable | None:
     return None
 
 
-def _functional_of(func: OpOverload):
+def _functional_of(func: OpOverload) -> OpOverload | None:
     """The out-of-place overload for in-place op ``func`` (``add_.Tensor`` -> ``add.Tensor``), or None."""
     name = func.overloadpacket.__name__
     if not name.endswith("_") or name.startswith("_foreach"):
@@ -247,7 +247,7 @@ _METADATA_AS_VIEW = {"squeeze_": "squeeze", "unsqueeze_": "unsqueeze", "t_": "t"
 _PYTHON_KEYS: list = []
 
 
-def _metadata_inplace(func: OpOverload, target: MLXTensor, args: tuple, kwargs: dict):
+def _metadata_inplace(func: OpOverload, target: MLXTensor, args: tuple, kwargs: dict) -> MLXTensor:
     """``squeeze_``/``unsqueeze_``/``transpose_`` ...: torch's own kernel changes the wrapper's sizes and strides
     (no data is touched), and the MLX array follows."""
     name = func.overloadpacket.__name__
@@ -278,7 +278,7 @@ def _metadata_inplace(func: OpOverload, target: MLXTensor, args: tuple, kwargs: 
     return target
 
 
-def _inplace(func: OpOverload, args: tuple, kwargs: dict):
+def _inplace(func: OpOverload, args: tuple, kwargs: dict) -> MLXTensor | None:
     target = args[0] if args else None
     if not isinstance(target, MLXTensor):
         return None
@@ -310,7 +310,7 @@ def _to_host(x: Any) -> Any:
     return x.torch_cpu().contiguous() if isinstance(x, MLXTensor) else x
 
 
-def _host_fallback(func: OpOverload, args: tuple, kwargs: dict, *, count: bool = True):
+def _host_fallback(func: OpOverload, args: tuple, kwargs: dict, *, count: bool = True) -> Any:
     if count:
         note_fallback(str(func))
 

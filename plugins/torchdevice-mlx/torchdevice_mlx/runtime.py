@@ -40,10 +40,10 @@ def import_problem() -> str | None:
 
 
 #: ``[mlx.core.array]`` once :func:`array_class` ran (the hot paths compare ``type(x) is ARRAY_CLASS[0]``)
-ARRAY_CLASS: list[type] = []
+ARRAY_CLASS: list[Any] = []  # Any, not type: `type(x) is ARRAY_CLASS[0]` must not narrow x to object
 
 
-def array_class() -> type:
+def array_class() -> Any:
     """``mlx.core.array`` (looked up once)."""
     if not ARRAY_CLASS:
         ARRAY_CLASS.append(mx().array)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -56,10 +56,10 @@ def host_alias(tensor: MLXTensor, bases: dict[int, torch.Tensor]) -> torch.Tenso
     base): same size, stride and storage offset as ``tensor``, so aliasing is what torch's would be."""
     base = _base(tensor)
     if tensor.dtype != base.dtype:  # a dtype view (view(torch.int32) ...): its own copy, not an alias
-        return tensor.detach().torch_cpu()
+        return cast(MLXTensor, tensor.detach()).torch_cpu()
     host = bases.get(id(base))
     if host is None:
-        host = bases[id(base)] = base.detach().torch_cpu()
+        host = bases[id(base)] = cast(MLXTensor, base.detach()).torch_cpu()
     if tensor is base:
         return host
     return host.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())

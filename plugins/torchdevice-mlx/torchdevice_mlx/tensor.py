@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch._ops import OpOverload
@@ -41,7 +41,7 @@ from .runtime import Array, mx
 from .strides import index_array
 
 
-def _dispatch_unbound(func: OpOverload, args: tuple, kwargs: dict):
+def _dispatch_unbound(func: OpOverload, args: tuple, kwargs: dict) -> None:
     raise RuntimeError(f"{func} reached an MLX tensor before torchdevice_mlx.dispatch was imported "
                        "(import torchdevice_mlx, which imports it)")
 
@@ -57,6 +57,8 @@ def bind_dispatch(fn: Callable[[Any, tuple, dict], Any]) -> None:
 
 
 _wrapper = torch.Tensor._make_wrapper_subclass
+#: a torch.Tensor class (as_subclass's)
+S = TypeVar("S", bound=torch.Tensor)
 _DATA = torch._C.TensorBase.__dict__["data"]  # torch's own Tensor.data getter/setter
 
 
@@ -73,7 +75,7 @@ class MLXTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, array: Array, *, base: MLXTensor | None = None, chain: tuple | None = (), requires_grad: bool = False,
-                geometry: tuple | None = None):
+                geometry: tuple | None = None) -> MLXTensor:
         try:
             dtype = TORCH_DTYPE_OF[array.dtype]
         except KeyError:
@@ -109,7 +111,7 @@ class MLXTensor(torch.Tensor):
         return cls(to_mlx(tensor), requires_grad=tensor.requires_grad)
 
     @property
-    def mx_array(self):
+    def mx_array(self) -> Array:
         """The current MLX array of this tensor (recomputed from the base for a stale view)."""
         base = self._base_t
         if base is None:
@@ -131,7 +133,7 @@ class MLXTensor(torch.Tensor):
             return torch.empty_strided(host.shape, stride, dtype=host.dtype).copy_(host)
         return host.contiguous()
 
-    def __repr__(self, *, tensor_contents=None) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's is unannotated (returns Any)
         # printed as torch prints a host tensor (what the program's CPU run prints), with this tensor's
         # grad_fn / requires_grad, not as torch prints a subclass ("MLXTensor(...)")
         text = repr(self.torch_cpu())
@@ -159,7 +161,7 @@ class MLXTensor(torch.Tensor):
         return object.__format__(self, format_spec)
 
     @property
-    def data(self):
+    def data(self) -> torch.Tensor:  # type: ignore[override]  # torch's stubs declare data a plain attribute; it is a property on TensorBase
         return _DATA.__get__(self)
 
     @data.setter
@@ -178,25 +180,25 @@ class MLXTensor(torch.Tensor):
         if self._base_t is None:
             track(self)
 
-    def __reduce_ex__(self, proto):
+    def __reduce_ex__(self, proto: Any) -> Any:
         # torch.save / pickle: saved as a plain host tensor, so checkpoints load without
         # torchdevice (weights_only too); the program's map_location/.to("cuda") brings it back.
         host = self.torch_cpu().requires_grad_(self.requires_grad)
         return host.__reduce_ex__(proto)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict) -> MLXTensor:
         return _rebuild(self.torch_cpu(), self.requires_grad)
 
-    def numpy(self, *, force: bool = False):
-        return self.detach().torch_cpu().numpy()
+    def numpy(self, *, force: bool = False) -> Any:  # a numpy.ndarray
+        return cast(MLXTensor, self.detach()).torch_cpu().numpy()  # an ATen op on an MLXTensor gives one
 
-    def tolist(self):
+    def tolist(self) -> Any:
         return self.torch_cpu().tolist()
 
-    def item(self):
+    def item(self) -> Any:  # a Python number
         return self.torch_cpu().item()
 
-    def as_subclass(self, cls: type) -> torch.Tensor:
+    def as_subclass(self, cls: type[S]) -> S:
         """``self`` as an instance of ``cls``, aliasing its data and attached to autograd (torch's contract).
 
         torch's own ``as_subclass`` wraps the alias ATen returns, which for an MLX tensor already is a Python
@@ -211,17 +213,20 @@ class MLXTensor(torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             out = torch.ops.aten.alias.default(self)
         out.__class__ = mlx_subclass(cls)
-        return out
+        return cast(S, out)
 
-    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata: Any, expected_type: type | None = None) -> MLXTensor:
         # torch.compile(backend="mlx") traces its graphs with plain (fake) tensors; the gradients flowing into
         # the compiled backward at run time are MLX tensors, which its MLX function takes as they are
         return self
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    # torch's stubs type the disabled implementation as a plain function of (types, args, kwargs), unlike the
+    # classmethod it stands for
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @classmethod
-    def __torch_dispatch__(cls, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None):
+    def __torch_dispatch__(cls, func: OpOverload, types: tuple, args: tuple = (),  # type: ignore[override]  # as above
+                           kwargs: dict | None = None) -> Any:
         return _dispatch(func, args, kwargs or {})
 
 
@@ -275,7 +280,7 @@ _CPU = torch.device("cpu")
 
 def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
     out = MLXTensor.from_torch(tensor)
-    return out.requires_grad_(requires_grad) if requires_grad else out
+    return cast(MLXTensor, out.requires_grad_(requires_grad)) if requires_grad else out  # requires_grad_ returns self
 
 
 def view_array(view: MLXTensor, base: MLXTensor) -> Array:

@@ -51,6 +51,7 @@ def view_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, kin
     """torch's size/stride/storage offset of view op ``op`` applied to ``src`` (worked out here for the
     common view ops, else by torch on the meta device). ``kind``: the op's entry in GEOMETRY, if known."""
     size = tuple(src.shape)
+    offset: int | torch.SymInt
     if src._base_t is None:  # a base is contiguous
         stride, offset = contiguous_strides(size), 0
     else:
