@@ -161,7 +161,7 @@ class MLXTensor(torch.Tensor):
         return object.__format__(self, format_spec)
 
     @property
-    def data(self) -> torch.Tensor:  # type: ignore[override]  # torch's stubs declare data a plain attribute; it is a property on TensorBase
+    def data(self) -> torch.Tensor:
         return _DATA.__get__(self)
 
     @data.setter
