@@ -286,12 +286,12 @@ def _rebuild(tensor: torch.Tensor, requires_grad: bool) -> MLXTensor:
 def view_array(view: MLXTensor, base: MLXTensor) -> Array:
     """``view``'s data, computed from its base's current array: its chain of view ops replayed, or (no chain)
     gathered at its strided positions."""
-    from . import lowerings  # imports mlx.core: only once MLX tensors exist
-
     chain = view._chain
     if chain is None:
         geometry = (tuple(view.shape), view.stride(), view.storage_offset())
         return mx().take(base.mx_array.reshape(-1), index_array(geometry, base.numel()))
+    from . import lowerings  # imports mlx.core: only once MLX tensors exist
+
     arr = base.mx_array
     if arr.shape != view._root:
         arr = arr.reshape(view._root)

@@ -211,9 +211,9 @@ def aliases_its_input(func: OpOverload) -> bool:
 def make_view(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, info: tuple | None = None) -> MLXTensor:
     """A view of ``src`` made by view op ``op``; ``info``: (its lowering, its GEOMETRY kind, whether it is
     strided) when the caller has them."""
-    from . import lowerings  # imports mlx.core: only once MLX tensors exist
+    if info is None:  # not from the dispatch (which has them): imported here, off its path
+        from . import lowerings  # imports mlx.core: only once MLX tensors exist
 
-    if info is None:
         info = (lowerings.LOWERINGS.get(op), GEOMETRY.get(op), op in STRIDED)
     lowering, kind, strided = info
     base = src._base_t if src._base_t is not None else src
@@ -225,6 +225,8 @@ def make_view(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, info: t
     if lowering is not None:
         arr = lowering(src.mx_array, *args, **kwargs)
     else:
+        from . import lowerings
+
         arr = lowerings.run_on_arrays(op, (src.mx_array, *args), kwargs)
     if arr.shape != geometry[0]:
         # the lowering and torch disagree on the view's shape: the strided positions are torch's, and right
