@@ -128,9 +128,9 @@ class MLXTimer:
     def __enter__(self) -> MLXTimer:
         dispatch = self.dispatch
         # the plugin's modules import to_mlx/from_mlx by name: each module's binding is timed
+        originals = {name: getattr(self.bridge, name) for name in ("to_mlx", "from_mlx")}
         for module in [m for n, m in sys.modules.items() if n.split(".")[0] == "torchdevice_mlx"]:
-            for name in ("to_mlx", "from_mlx"):
-                original = getattr(self.bridge, name)
+            for name, original in originals.items():
                 if getattr(module, name, None) is original:
                     self.patched.append((module, name, original))
                     setattr(module, name, self._timing(original, "conv"))
