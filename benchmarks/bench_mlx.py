@@ -34,7 +34,7 @@ from torch import nn
 
 import torchdevice
 from torchdevice_mlx.conversion import evaluate_pending
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 OPS = {
     "add (tensor)": lambda x: x + x,

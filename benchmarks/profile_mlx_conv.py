@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -117,26 +118,33 @@ class MLXTimer:
     """Times every top-level ATen op on MLX tensors (evaluating its outputs), and the copies and host runs in it."""
 
     def __init__(self, table: OpTable) -> None:
-        from torchdevice_mlx import bridge, dispatch, mlxtensor
+        from torchdevice_mlx import bridge, dispatch, tensor
 
-        self.table, self.bridge, self.dispatch, self.mlxtensor = table, bridge, dispatch, mlxtensor
+        self.table, self.bridge, self.dispatch, self.tensor = table, bridge, dispatch, tensor
         self.current: list[str] = []
         self.saved: dict[str, Any] = {}
+        self.patched: list[tuple[Any, str, Any]] = []  # (module, name, original)
 
     def __enter__(self) -> MLXTimer:
-        bridge, dispatch = self.bridge, self.dispatch
-        self.saved = {"to_mlx": bridge.to_mlx, "from_mlx": bridge.from_mlx, "_host_fallback": dispatch._host_fallback}
-        bridge.to_mlx = self._timing(bridge.to_mlx, "conv")
-        bridge.from_mlx = self._timing(bridge.from_mlx, "conv")
+        dispatch = self.dispatch
+        # the plugin's modules import to_mlx/from_mlx by name: each module's binding is timed
+        originals = {name: getattr(self.bridge, name) for name in ("to_mlx", "from_mlx")}
+        for module in [m for n, m in sys.modules.items() if n.split(".")[0] == "torchdevice_mlx"]:
+            for name, original in originals.items():
+                if getattr(module, name, None) is original:
+                    self.patched.append((module, name, original))
+                    setattr(module, name, self._timing(original, "conv"))
+        self.saved = {"_host_fallback": dispatch._host_fallback}
         dispatch._host_fallback = self._timing(dispatch._host_fallback, "host")
-        self.mlxtensor.bind_dispatch(self._op)
+        self.tensor.bind_dispatch(self._op)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for name in ("to_mlx", "from_mlx"):
-            setattr(self.bridge, name, self.saved[name])
+        for module, name, original in reversed(self.patched):
+            setattr(module, name, original)
+        self.patched.clear()
         self.dispatch._host_fallback = self.saved["_host_fallback"]
-        self.mlxtensor.bind_dispatch(self.dispatch.dispatch)
+        self.tensor.bind_dispatch(self.dispatch.dispatch)
 
     def _timing(self, fn: Callable[..., Any], column: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -154,7 +162,7 @@ class MLXTimer:
         try:
             out = self.dispatch.dispatch(func, args, kwargs)
             if top:
-                arrays = [t.mx_array for t in tree_leaves(out) if isinstance(t, self.mlxtensor.MLXTensor)]
+                arrays = [t.mx_array for t in tree_leaves(out) if isinstance(t, self.tensor.MLXTensor)]
                 if arrays:
                     _eval(arrays)
         finally:
@@ -165,7 +173,7 @@ class MLXTimer:
 
 
 def _eval(arrays: list) -> None:
-    from torchdevice_mlx._mlx import mx
+    from torchdevice_mlx.runtime import mx
 
     mx().eval(*arrays)
 

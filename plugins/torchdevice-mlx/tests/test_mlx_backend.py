@@ -19,8 +19,8 @@ from torchdevice import router
 from torchdevice.backend import Status, status_of
 from torchdevice.collectives import DeviceComm
 from torchdevice.testing import check_backend, info_json, router_sandbox
-from torchdevice_mlx import _mlx
 from torchdevice_mlx import backend as mlx_backend
+from torchdevice_mlx import runtime
 from torchdevice_mlx.backend import RNG_MAGIC, MLXStream
 
 MIB = 1 << 20
@@ -78,10 +78,10 @@ def test_simulated_import_failure_is_reported_not_raised(monkeypatch):
     def broken():
         raise OSError("libmlx.so: cannot open shared object file")
 
-    monkeypatch.setattr(_mlx, "mx", broken)
+    monkeypatch.setattr(runtime, "mx", broken)
     found = torchdevice_mlx.plugin.availability()
     assert not found.available and "libmlx.so" in found.reason
-    assert _mlx._HINT.get(sys.platform, "install mlx") in found.reason
+    assert runtime._HINT.get(sys.platform, "install mlx") in found.reason
     if sys.platform == "linux":
         assert "mlx[cpu]" in found.reason
 

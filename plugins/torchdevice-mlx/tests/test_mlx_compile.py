@@ -11,7 +11,7 @@ from torch import nn
 
 from torchdevice_mlx import compile as mlx_compile
 from torchdevice_mlx.conversion import fallback_counts, reset_fallback_counts
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 from torchdevice_mlx.translation import module_to_mlx
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "programs"))

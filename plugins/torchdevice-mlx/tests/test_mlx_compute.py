@@ -15,7 +15,7 @@ from torch import nn
 import torchdevice
 from torchdevice.testing import router_sandbox
 from torchdevice_mlx.conversion import fallback_counts, reset_fallback_counts
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 MIB = 1 << 20
 

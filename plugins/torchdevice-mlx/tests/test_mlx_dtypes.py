@@ -17,8 +17,8 @@ import torch
 import torchdevice
 from torchdevice.testing import router_sandbox
 from torchdevice_mlx import conversion
-from torchdevice_mlx._mlx import mx
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.runtime import mx
+from torchdevice_mlx.tensor import MLXTensor
 
 UNSIGNED = [torch.uint16, torch.uint32, torch.uint64]
 
@@ -56,14 +56,14 @@ def test_unsigned_tensors_on_the_device_as_natively(dtype: torch.dtype, native_a
 @pytest.mark.parametrize("dtype", UNSIGNED, ids=str)
 def test_unsigned_dtype_maps_both_ways_from_empty_tables(dtype: torch.dtype) -> None:
     """The tables fill on first use; the first lookup used to be a bare ``KeyError`` when it went MLX -> torch."""
-    saved_t2m, saved_m2t = dict(conversion._T2M), dict(conversion._M2T)
-    conversion._T2M.clear(), conversion._M2T.clear()  # cleared in place: mlxtensor holds _M2T by name
+    saved_t2m, saved_m2t = dict(conversion._T2M), dict(conversion.TORCH_DTYPE_OF)
+    conversion._T2M.clear(), conversion.TORCH_DTYPE_OF.clear()  # cleared in place: tensor holds TORCH_DTYPE_OF by name
     try:
         mlx_dtype = getattr(mx(), str(dtype).replace("torch.", ""))
         assert conversion.to_torch_dtype(mlx_dtype) is dtype
         assert conversion.to_mx_dtype(dtype) == mlx_dtype
     finally:
-        conversion._T2M.update(saved_t2m), conversion._M2T.update(saved_m2t)
+        conversion._T2M.update(saved_t2m), conversion.TORCH_DTYPE_OF.update(saved_m2t)
 
 
 def test_the_distributed_dtype_table_agrees_with_the_tensor_one() -> None:

@@ -14,7 +14,7 @@ from torch import nn
 
 import torchdevice
 from torchdevice.testing import router_sandbox
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 OPS = {
     "gelu": F.gelu,

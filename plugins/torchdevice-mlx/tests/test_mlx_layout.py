@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 CL, CL3 = torch.channels_last, torch.channels_last_3d
 

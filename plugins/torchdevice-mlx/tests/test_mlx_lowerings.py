@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from torchdevice_mlx.conversion import fallback_counts, reset_fallback_counts
 from torchdevice_mlx.dispatch import _MLXFactories
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 
 def mlx(t):

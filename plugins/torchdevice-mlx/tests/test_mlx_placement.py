@@ -21,7 +21,7 @@ from torch import nn
 import torchdevice
 from torchdevice.errors import InvalidDeviceError
 from torchdevice.testing import router_sandbox
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 
 @pytest.fixture

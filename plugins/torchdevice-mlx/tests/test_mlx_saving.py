@@ -18,7 +18,7 @@ from torch import nn
 
 import torchdevice
 from torchdevice.testing import router_sandbox
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 

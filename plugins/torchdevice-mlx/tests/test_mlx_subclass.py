@@ -15,7 +15,7 @@ import torch
 
 import torchdevice
 from torchdevice.testing import router_sandbox
-from torchdevice_mlx.mlxtensor import MLXTensor
+from torchdevice_mlx.tensor import MLXTensor
 
 
 class Tagged(torch.Tensor):

@@ -11,8 +11,8 @@ import torch
 import torchdevice
 from torchdevice.testing import router_sandbox
 from torchdevice_mlx.conversion import fallback_counts, reset_fallback_counts
-from torchdevice_mlx.mlxtensor import MLXTensor
-from torchdevice_mlx.views import _meta_geometry, _view_geometry
+from torchdevice_mlx.tensor import MLXTensor
+from torchdevice_mlx.views import meta_geometry, view_geometry
 
 VIEWS = {
     "t": lambda x: x.t(),
@@ -123,7 +123,7 @@ def test_worked_out_geometry_is_torchs(op, args):
             continue
         if op is torch.ops.aten.view.default and src.numel() != 20:
             continue
-        assert _view_geometry(op, src, args, {}) == _meta_geometry(op, src, args, {}), src.stride()
+        assert view_geometry(op, src, args, {}) == meta_geometry(op, src, args, {}), src.stride()
 
 
 def test_views_keep_autograd_right():

@@ -16,7 +16,7 @@ from . import translation as _translation  # noqa: F401 -- gives MLXTensor its .
 from .backend import MLXBackend
 from .bridge import from_mlx, to_mlx
 from .conversion import fallback_counts
-from .mlxtensor import MLXTensor
+from .tensor import MLXTensor
 
 __version__ = "1.0.0"
 __all__ = ["MLXBackend", "MLXTensor", "fallback_counts", "plugin", "to_mlx", "from_mlx"]

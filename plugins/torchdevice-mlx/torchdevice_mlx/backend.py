@@ -1,7 +1,7 @@
 """The ``mlx`` backend: torch tensors held as MLX arrays, MLX's allocator, streams and RNG.
 
 With translation on, tensors created on or moved to a source device are
-:class:`torchdevice_mlx.mlxtensor.MLXTensor` (data in an ``mx.array``, ops run in
+:class:`torchdevice_mlx.tensor.MLXTensor` (data in an ``mx.array``, ops run in
 MLX, host fallback per op; see :mod:`torchdevice_mlx.translation`, installed
 through ``torchdevice.translate.TRANSLATION_HOOKS``). They report device
 ``cpu`` to torch, this backend's ``device_type``. Plain torch CPU tensors a
@@ -88,7 +88,8 @@ import os
 import struct
 import threading
 import weakref
-from typing import ClassVar
+from types import ModuleType
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 
@@ -107,8 +108,8 @@ from torchdevice.hookspecs import hookimpl
 from torchdevice.memstats import NoPinnedHostMemory
 from torchdevice.streams import HostEvent, HostStream, HostStreamOps, host_device_count
 
-from ._mlx import import_problem, mx
 from .conversion import evaluate_pending
+from .runtime import import_problem, mx
 
 __all__ = [
     "MLXBackend",
@@ -154,7 +155,7 @@ def total_memory() -> int:
 class MLXMemory(NoPinnedHostMemory, MemoryOps):
     """MLX's allocator figures (see the module docstring)."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str) -> None:
         super().__init__(backend)
         self._lock = threading.Lock()
         self._reserved_peak = 0
@@ -247,7 +248,7 @@ class MLXMemory(NoPinnedHostMemory, MemoryOps):
 _thread = threading.local()
 
 
-def thread_default_stream():
+def thread_default_stream() -> Any:  # an mlx.core.Stream
     """This thread's own MLX default stream, as it was before torchdevice made another current."""
     stream = getattr(_thread, "default", None)
     if stream is None:
@@ -269,7 +270,7 @@ class MLXStream(HostStream):
     device_count: ClassVar[int | None] = None  # host_device_count(), as the backend's
     live: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
-    def __init__(self, device=None, priority: int = 0, **kwargs):
+    def __init__(self, device: torch.device | str | int | None = None, priority: int = 0, **kwargs: Any) -> None:
         super().__init__(device, priority, **kwargs)
         self.owner = threading.get_ident()
         if self.stream_id == 0:
@@ -280,7 +281,7 @@ class MLXStream(HostStream):
             MLXStream.live.add(self)
 
     @property
-    def mx_stream(self):
+    def mx_stream(self) -> Any:  # an mlx.core.Stream
         return thread_default_stream() if self._mx_stream is None else self._mx_stream
 
     @translated("evaluates the program's pending (lazy) MLX tensors, then mx.synchronize(stream)")
@@ -307,17 +308,17 @@ class MLXStream(HostStream):
         thread_default_stream()  # remember this thread's own default before replacing it
         mx().set_default_stream(self.mx_stream)
 
-    def __enter__(self):
+    def __enter__(self) -> MLXStream:
         self.check_thread()
         super().__enter__()
         self.make_mlx_default()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         super().__exit__(*exc)
         from torchdevice.streams import current_stream_of
 
-        current_stream_of(self.backend, self.device_index).make_mlx_default()
+        cast(MLXStream, current_stream_of(self.backend, self.device_index)).make_mlx_default()  # this backend's streams
         return False
 
     @classmethod
@@ -348,7 +349,7 @@ class MLXStreams(HostStreamOps):
             core.synchronize(stream.mx_stream)
 
     @emulated("per-thread current stream, made this thread's MLX default stream")
-    def set_stream(self, stream) -> None:
+    def set_stream(self, stream: MLXStream) -> None:
         if isinstance(stream, MLXStream):
             stream.check_thread()
         super().set_stream(stream)
@@ -418,7 +419,7 @@ class MLXCollectives(CPUCollectives):
     """
 
     @property
-    def mx_distributed(self):
+    def mx_distributed(self) -> ModuleType:
         """The :mod:`torchdevice_mlx.distributed` module (imported on first use)."""
         from . import distributed
 
@@ -497,7 +498,7 @@ class MLXBackend(Backend):
         return resources.files(__package__).joinpath("OPS.md").read_text(encoding="utf-8")
 
 
-def install_translation(patcher, target) -> None:
+def install_translation(patcher: Any, target: Any) -> None:  # the core's Patcher and Target
     """Make translated factories and moves produce MLX-backed tensors (:mod:`.translation`)."""
     from .translation import install
 

@@ -22,13 +22,18 @@
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from ._mlx import Array, mx
 from .conversion import to_mx_dtype
+from .runtime import Array, mx
+
+if TYPE_CHECKING:
+    import numpy
 
 
-def to_mlx(tensor: torch.Tensor):
+def to_mlx(tensor: torch.Tensor) -> Array:
     """Return a new MLX array holding a copy of ``tensor`` (see the module docstring)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"to_mlx expects a torch.Tensor, got {type(tensor).__name__}")
@@ -64,7 +69,7 @@ def from_mlx(array: Array, *, copy: bool = False) -> torch.Tensor:
     return tensor.clone() if copy else tensor
 
 
-def _numpy_view(array: Array):
+def _numpy_view(array: Array) -> numpy.ndarray:
     """A NumPy array viewing evaluated ``array``'s memory (bfloat16, which NumPy lacks, as uint16)."""
     import numpy
 

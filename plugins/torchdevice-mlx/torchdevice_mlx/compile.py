@@ -43,9 +43,10 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .conversion import array_from_torch, torch_from_array
-from .dispatch import _unwrap
-from .mlxtensor import MLXTensor, _new_base
+from .bridge import from_mlx, to_mlx
+from .runtime import Array
+from .tensor import MLXTensor, new_base, unwrap
+from .views import init_views
 
 log = logging.getLogger("torchdevice.mlx")
 aten = torch.ops.aten
@@ -90,10 +91,9 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
 
     A random op whose result nothing uses (a partitioner's recomputation copies them along) is dropped: eager
     draws it once, in the forward. One whose result a backward graph uses raises: it would draw again."""
-    from . import lowerings
-    from .views import _init_views
+    from . import lowerings  # imports mlx.core: only once a graph is compiled
 
-    _init_views()
+    init_views()
     impure = _impure_ops()
     random_ops = lowerings.RANDOM_OPS | {aten.native_dropout.default}
     for node in reversed(list(gm.graph.nodes)):
@@ -116,7 +116,7 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
         elif node.op == "get_attr":
             value = getattr(gm, node.target)
             constants[node] = value.mx_array if isinstance(value, MLXTensor) else (
-                array_from_torch(value) if isinstance(value, torch.Tensor) else value)
+                to_mlx(value) if isinstance(value, torch.Tensor) else value)
         elif node.op == "call_function":
             target = node.target
             if target is operator.getitem:
@@ -132,7 +132,7 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
         else:
             raise Unsupported(f"graph node {node.op}")
 
-    def run(*inputs: Any):
+    def run(*inputs: Any) -> list[Array]:
         env: dict = dict(constants)
         env.update(zip(placeholders, inputs))
         for node, fn, args, kwargs in plan:
@@ -146,7 +146,7 @@ def lower_graph(gm: torch.fx.GraphModule, backward: bool = False) -> tuple[Calla
 class _MLXGraph:
     """A compiled AOT graph: runs in MLX, or eagerly (``gm`` on MLX tensors) if it cannot."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str):
+    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
         self.gm, self.name = gm, name
         self.fn: Callable | None = None
         try:
@@ -163,13 +163,13 @@ class _MLXGraph:
             self.fn = run
             _count(f"{name} graphs lowered (random ops or host reads: not mx.compile-d)")
 
-    def __call__(self, *args: Any):
+    def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and isinstance(args[0], list):  # AOTAutograd's boxed calling convention
             args = tuple(args[0])
         if self.fn is not None:
             mlx_inputs = any(isinstance(a, MLXTensor) for a in args)
             try:
-                outs = self.fn(*[_unwrap(a) for a in args])
+                outs = self.fn(*[unwrap(a) for a in args])
             except (NotImplementedError, Unsupported, ValueError, TypeError) as exc:
                 _count("eager: lowering declined at run time", f"{type(exc).__name__}: {exc}")
                 self.fn = None
@@ -178,15 +178,15 @@ class _MLXGraph:
 
                 array = mx.array
                 if mlx_inputs:
-                    return [_new_base(o) if isinstance(o, array) else o for o in outs]
-                return [torch_from_array(o) if isinstance(o, array) else o for o in outs]
+                    return [new_base(o) if isinstance(o, array) else o for o in outs]
+                return [from_mlx(o, copy=True) if isinstance(o, array) else o for o in outs]
         return self.gm(*args)
 
     _boxed_call = True
 
 
 def _compiler(name: str) -> Callable:
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs) -> Callable:
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable:
         return _MLXGraph(gm, name)
     return compile_graph
 
@@ -204,14 +204,14 @@ def _decompositions() -> dict:
     return table
 
 
-def _partition(joint, joint_inputs, **kwargs: Any):
+def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """torch's min-cut partitioner: it never recomputes a random op in the backward (inductor's choice too)."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     return min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **kwargs)
 
 
-def dynamo_backend(gm: torch.fx.GraphModule, example_inputs):
+def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
     """torch's ``backend="mlx"`` for graphs dynamo captured (programs whose tensors are torch's own)."""
     from torch._functorch.aot_autograd import aot_module_simplified
 
@@ -222,7 +222,7 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs):
 
 # -- whole-module capture (no dynamo) ---------------------------------------------------------
 
-def _fake(mode, t: torch.Tensor):
+def _fake(mode: Any, t: torch.Tensor) -> torch.Tensor:  # mode: a FakeTensorMode
     meta = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta")
     fake = mode.fake_tensor_converter.from_meta_and_device(mode, meta, torch.device("cpu"))
     return fake.requires_grad_(t.requires_grad) if t.requires_grad else fake
@@ -231,7 +231,7 @@ def _fake(mode, t: torch.Tensor):
 class _Capture:
     """One captured call signature of a module: AOTAutograd's compiled function and the output structure."""
 
-    def __init__(self, module: nn.Module, names: list[str], state: list, args: tuple, kwargs: dict):
+    def __init__(self, module: nn.Module, names: list[str], state: list, args: tuple, kwargs: dict) -> None:
         from torch._functorch.aot_autograd import aot_module_simplified
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -242,7 +242,7 @@ class _Capture:
         n_state = len(state)
         spec_holder: list = []
 
-        def functional(*tensors: Any):
+        def functional(*tensors: Any) -> tuple[torch.Tensor, ...]:
             leaves = list(self.template)
             for pos, t in zip(self.tensor_pos, tensors[n_state:]):
                 leaves[pos] = t
@@ -264,7 +264,7 @@ class _Capture:
                                               bw_compiler=_compiler("backward"), decompositions=_decompositions(),
                                               partition_fn=_partition)
 
-    def __call__(self, state: list, args: tuple, kwargs: dict):
+    def __call__(self, state: list, args: tuple, kwargs: dict) -> Any:
         flat, _ = tree_flatten((args, kwargs))
         outs = iter(self.compiled(*state, *[flat[i] for i in self.tensor_pos]))
         leaves = [None if none else next(outs) for none in self.none_mask]
@@ -282,27 +282,27 @@ def _key_of(x: Any) -> Any:
 class MLXCompiledModule(nn.Module):
     """``torch.compile(module, backend="mlx")``'s result (see the module docstring)."""
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self._orig_mod = module
-        self._captures: dict = {}
+        self._captures: dict[tuple, _Capture | bool] = {}  # False: this signature runs eagerly
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._orig_mod, name)
 
-    def forward(self, *args: Any, **kwargs: Any):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         module = self._orig_mod
         if torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"):
             _count("eager: autocast")
             return module(*args, **kwargs)
-        named = {}
+        named: dict[str, torch.Tensor] = {}
         for name, t in module.named_parameters(remove_duplicate=True):
             named[name] = t
-        for name, t in module.named_buffers(remove_duplicate=True):
-            named[name] = t
+        for name, buffer in module.named_buffers(remove_duplicate=True):
+            named[name] = buffer
         names, state = list(named), list(named.values())
         try:
             flat, spec = tree_flatten((args, kwargs))
@@ -319,12 +319,12 @@ class MLXCompiledModule(nn.Module):
                 _count("eager: capture failed", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
                 capture = False
             self._captures[key] = capture
-        if capture is False:
+        if not isinstance(capture, _Capture):
             return module(*args, **kwargs)
         return capture(state, args, kwargs)
 
 
-def compile_module(model: torch.nn.Module, **_options: Any):
+def compile_module(model: torch.nn.Module, **_options: Any) -> MLXCompiledModule:
     """``torch.compile(model, backend="mlx")`` for an ``nn.Module``: an :class:`MLXCompiledModule`."""
     return MLXCompiledModule(model)
 
@@ -348,5 +348,6 @@ def hide_dispatch_from_dynamo() -> None:
     from torch._dynamo import disable
 
     dispatch = MLXTensor.__dict__["__torch_dispatch__"].__func__
-    MLXTensor.__torch_dispatch__ = classmethod(disable(dispatch, recursive=True))  # type: ignore[method-assign]
+    # replacing the class's dispatcher at run time is the point here (mypy forbids assigning to a method)
+    MLXTensor.__torch_dispatch__ = classmethod(disable(dispatch, recursive=True))  # type: ignore[method-assign, assignment]
     _hidden.append(True)

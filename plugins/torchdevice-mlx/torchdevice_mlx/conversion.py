@@ -1,8 +1,8 @@
-"""Conversions and bookkeeping under :class:`~torchdevice_mlx.mlxtensor.MLXTensor`.
+"""Bookkeeping under :class:`~torchdevice_mlx.tensor.MLXTensor`, below every other part but ``runtime``.
 
 Owns: the fallback counts (:func:`fallback_counts`: every ATen op run on the host, counted and logged
-once), the torch <-> MLX dtype maps, the host <-> MLX copies (:func:`array_from_torch`,
-:func:`torch_from_array`) and the pending-evaluation tracking.
+once), the torch <-> MLX dtype maps and the pending-evaluation tracking. The data copies between torch
+and MLX are :mod:`torchdevice_mlx.bridge`'s.
 
 Evaluation
   MLX is lazy: an op builds a graph node. Data is computed when the program
@@ -17,14 +17,11 @@ import logging
 import threading
 import weakref
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ._mlx import Array, mx
-
-if TYPE_CHECKING:
-    from .mlxtensor import MLXTensor
+from .runtime import mx
 
 log = logging.getLogger("torchdevice.mlx")
 
@@ -56,7 +53,7 @@ except (ImportError, AttributeError):
     pass
 
 
-def _note_fallback(name: str) -> None:
+def note_fallback(name: str) -> None:
     with _lock:
         _counts[name] += 1
         first = name not in _logged
@@ -68,7 +65,7 @@ def _note_fallback(name: str) -> None:
 
 # -- dtypes -----------------------------------------------------------------
 
-def _dtype_pairs():
+def _dtype_pairs() -> list[tuple[torch.dtype, Any]]:
     """Every torch dtype MLX holds, with its MLX dtype (the one table; ``distributed._MX_DTYPES`` is checked
     against it by the tests)."""
     core = mx()
@@ -82,13 +79,14 @@ def _dtype_pairs():
     return pairs
 
 
-_T2M: dict = {}
-_M2T: dict = {}
+_T2M: dict[torch.dtype, Any] = {}
+#: MLX dtype -> torch dtype, filled on first use (read directly on the hot path: every op's result)
+TORCH_DTYPE_OF: dict[Any, torch.dtype] = {}
 
 
 def _init_dtypes() -> None:
     for t, m in _dtype_pairs():
-        _T2M[t], _M2T[m] = m, t
+        _T2M[t], TORCH_DTYPE_OF[m] = m, t
 
 
 def supported_dtypes() -> tuple[torch.dtype, ...]:
@@ -105,7 +103,7 @@ def _no_dtype(dtype: object) -> TypeError:
                      f"(device='cpu')")
 
 
-def to_mx_dtype(dtype: torch.dtype):
+def to_mx_dtype(dtype: torch.dtype) -> Any:  # an mlx.core.Dtype
     """The MLX dtype of torch ``dtype``; a TypeError naming it and the dtypes MLX holds if it has none."""
     try:
         return _T2M[dtype]
@@ -118,56 +116,42 @@ def to_mx_dtype(dtype: torch.dtype):
 
 def to_torch_dtype(dtype: Any) -> torch.dtype:  # an MLX dtype
     try:
-        return _M2T[dtype]
+        return TORCH_DTYPE_OF[dtype]
     except KeyError:
-        if not _M2T:
+        if not TORCH_DTYPE_OF:
             _init_dtypes()
             return to_torch_dtype(dtype)
         raise TypeError(f"torch has no dtype for MLX {dtype}") from None
 
 
-# -- host <-> MLX -----------------------------------------------------------
-
-def array_from_torch(tensor: torch.Tensor):
-    """A new MLX array holding a copy of a host torch tensor."""
-    from .bridge import to_mlx
-
-    return to_mlx(tensor)
-
-
-def torch_from_array(array: Array) -> torch.Tensor:
-    """A host torch tensor holding a copy of ``array``'s data (evaluates it)."""
-    from .bridge import from_mlx
-
-    return from_mlx(array, copy=True)
-
-
 # -- pending (unevaluated) tensors ------------------------------------------------
 
 #: id(base tensor) -> weak reference, for every base tensor made or written since the last
-#: evaluate_pending(); dead entries are dropped when the table outgrows _pending_limit. Mutated in place,
-#: never rebound: mlxtensor._new_base (every op's result) holds it by name.
-_pending: dict[int, weakref.ref] = {}
-_pending_limit = [4096]
+#: evaluate_pending(); dead entries are dropped when the table outgrows PENDING_LIMIT. Mutated in place,
+#: never rebound: tensor.new_base (every op's result) holds it by name.
+PENDING: dict[int, weakref.ref[Any]] = {}  # to MLXTensors (tensor.MLXTensor, above this module)
+PENDING_LIMIT = [4096]
 
 
-def _track(tensor: MLXTensor) -> None:
-    _pending[id(tensor)] = weakref.ref(tensor)
-    if len(_pending) > _pending_limit[0]:
-        _compact_pending()
+def track(tensor: torch.Tensor) -> None:
+    """Note ``tensor`` (a base tensor, made or written) for the next :func:`evaluate_pending`."""
+    PENDING[id(tensor)] = weakref.ref(tensor)
+    if len(PENDING) > PENDING_LIMIT[0]:
+        compact_pending()
 
 
-def _compact_pending() -> None:
-    live = {k: r for k, r in list(_pending.items()) if r() is not None}
-    _pending.clear()
-    _pending.update(live)
-    _pending_limit[0] = max(4096, 2 * len(_pending))
+def compact_pending() -> None:
+    """Drop the dead entries of :data:`PENDING` (and let it grow to twice the live ones before the next time)."""
+    live = {k: r for k, r in list(PENDING.items()) if r() is not None}
+    PENDING.clear()
+    PENDING.update(live)
+    PENDING_LIMIT[0] = max(4096, 2 * len(PENDING))
 
 
 def evaluate_pending() -> int:
     """Evaluate the MLX graph of every live tensor made or written since the last call; returns how many."""
-    refs = list(_pending.values())
-    _pending.clear()
+    refs = list(PENDING.values())
+    PENDING.clear()
     arrays = []
     for ref in refs:
         tensor = ref()
@@ -176,15 +160,3 @@ def evaluate_pending() -> int:
     if arrays:
         mx().eval(*arrays)
     return len(arrays)
-
-
-# -- mlx.core.array --------------------------------------------------------------
-
-_MX_ARRAY: list = []
-
-
-def _mx_array():
-    """``mlx.core.array`` (looked up once)."""
-    if not _MX_ARRAY:
-        _MX_ARRAY.append(mx().array)
-    return _MX_ARRAY[0]

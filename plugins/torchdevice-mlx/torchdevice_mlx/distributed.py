@@ -49,6 +49,8 @@ from torch._ops import OpOverload
 
 from torchdevice.errors import UnsupportedError
 
+from .runtime import Array
+
 __all__ = [
     "init",
     "is_initialized",
@@ -93,7 +95,7 @@ _group = None
 # -- the group ---------------------------------------------------------------------------------
 
 
-def init(backend: str = "ring", strict: bool = True):
+def init(backend: str = "ring", strict: bool = True) -> Any:  # an mlx.core.distributed.Group
     """Connect this process to the others (``mx.distributed.init``) and return the group.
 
     ``backend`` is MLX's (``"ring"``, ``"mpi"``, ``"jaccl"``, ``"nccl"``,
@@ -111,7 +113,7 @@ def is_initialized() -> bool:
     return _group is not None
 
 
-def _the_group(group):
+def _the_group(group: Any) -> Any:  # an mlx.core.distributed.Group, or None: the one init() made
     if group is not None:
         return group
     if _group is None:
@@ -122,24 +124,24 @@ def _the_group(group):
     return _group
 
 
-def get_rank(group=None) -> int:
+def get_rank(group: Any = None) -> int:
     return _the_group(group).rank()
 
 
-def get_world_size(group=None) -> int:
+def get_world_size(group: Any = None) -> int:
     return _the_group(group).size()
 
 
 # -- conversions ---------------------------------------------------------------------------------
 
 
-def _bytes_of(tensor: torch.Tensor):
+def _bytes_of(tensor: torch.Tensor) -> Array:
     """The tensor's bytes as a 1-D uint8 MLX array (a copy)."""
     flat = tensor.detach().contiguous().reshape(-1)
     return mx.array(flat.view(torch.uint8))
 
 
-def _typed(tensor: torch.Tensor, what: str):
+def _typed(tensor: torch.Tensor, what: str) -> Array:
     """The tensor as a 1-D MLX array of the same dtype (a copy, bit for bit)."""
     dtype = _MX_DTYPES.get(tensor.dtype)
     if dtype is None:
@@ -152,7 +154,7 @@ def _typed(tensor: torch.Tensor, what: str):
     return _bytes_of(tensor).view(dtype)
 
 
-def _write(tensor: torch.Tensor, result) -> None:
+def _write(tensor: torch.Tensor, result: Array) -> None:
     """Copy an MLX result (typed or bytes) into ``tensor``."""
     mx.eval(result)
     out = torch.from_dlpack(result)
@@ -181,7 +183,7 @@ def _op_name(op: OpOverload) -> str:
 # -- collectives ----------------------------------------------------------------------------------
 
 
-def all_reduce(tensor: torch.Tensor, op: Any = "sum", group=None) -> None:
+def all_reduce(tensor: torch.Tensor, op: Any = "sum", group: Any = None) -> None:
     """Reduce ``tensor`` across all processes, in place (``torch.distributed.all_reduce``).
 
     ``op``: ``"sum"`` (default), ``"max"``, ``"min"``, ``"avg"`` or the
@@ -210,7 +212,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = "sum", group=None) -> None:
     _write(tensor, result)
 
 
-def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group=None) -> None:
+def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group: Any = None) -> None:
     """Gather every rank's ``input`` into ``output`` (``world * numel`` elements, rank order)."""
     g = _the_group(group)
     if output.dtype != input.dtype or output.numel() != input.numel() * g.size():
@@ -222,7 +224,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group=None
     _write(output, result)
 
 
-def all_gather(tensor_list: list, tensor: torch.Tensor, group=None) -> None:
+def all_gather(tensor_list: list, tensor: torch.Tensor, group: Any = None) -> None:
     """Fill ``tensor_list[r]`` with rank ``r``'s ``tensor`` (``torch.distributed.all_gather``).
 
     Every rank must contribute the same shape and dtype (as MLX requires).
@@ -244,7 +246,7 @@ def all_gather(tensor_list: list, tensor: torch.Tensor, group=None) -> None:
             t.copy_(row.view(tensor.dtype).view(tensor.shape))
 
 
-def broadcast(tensor: torch.Tensor, src: int, group=None) -> None:
+def broadcast(tensor: torch.Tensor, src: int, group: Any = None) -> None:
     """Give every rank ``src``'s ``tensor``, in place (``torch.distributed.broadcast``).
 
     A byte-wise ``all_sum`` where the other ranks contribute zeros: the
@@ -262,7 +264,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None) -> None:
     _write(tensor, result)
 
 
-def _check_peer(peer: int, g, what: str) -> None:
+def _check_peer(peer: int, g: Any, what: str) -> None:
     rank, size = g.rank(), g.size()
     if not 0 <= peer < size or peer == rank:
         raise ValueError(f"{what}: peer {peer} is not another rank of a group of {size}")
@@ -275,14 +277,14 @@ def _check_peer(peer: int, g, what: str) -> None:
         )
 
 
-def send(tensor: torch.Tensor, dst: int, group=None) -> None:
+def send(tensor: torch.Tensor, dst: int, group: Any = None) -> None:
     """Send ``tensor`` to rank ``dst`` (``torch.distributed.send``); returns when it is sent."""
     g = _the_group(group)
     _check_peer(dst, g, "send")
     mx.eval(mx.distributed.send(_bytes_of(tensor), dst, group=g))
 
 
-def recv(tensor: torch.Tensor, src: int, group=None) -> int:
+def recv(tensor: torch.Tensor, src: int, group: Any = None) -> int:
     """Receive into ``tensor`` from rank ``src`` (``torch.distributed.recv``); returns ``src``."""
     g = _the_group(group)
     _check_peer(src, g, "recv")
@@ -292,7 +294,7 @@ def recv(tensor: torch.Tensor, src: int, group=None) -> int:
     return src
 
 
-def barrier(group=None) -> None:
+def barrier(group: Any = None) -> None:
     """Wait until every rank reaches the barrier (a one-element ``all_sum``)."""
     g = _the_group(group)
     mx.eval(mx.distributed.all_sum(mx.zeros((1,), dtype=mx.int32), group=g))

@@ -15,10 +15,13 @@ from typing import Any
 
 import torch
 
-from ._mlx import mx
-from .dispatch import _make_view, _unwrap, aten
-from .mlxtensor import MLXTensor, _new_base
-from .views import _contiguous_strides
+from .bridge import to_mlx
+from .runtime import Array, mx
+from .strides import contiguous_strides
+from .tensor import MLXTensor, new_base, unwrap
+from .views import make_view
+
+aten = torch.ops.aten
 
 #: memory formats -> the tensor rank they apply to
 _RANKED = {torch.channels_last: 4, torch.channels_last_3d: 5}
@@ -36,19 +39,19 @@ def _wanted_stride(shape: tuple[int, ...], like: Any, memory_format: torch.memor
     return None
 
 
-def laid_out(array: Any, stride: tuple | None) -> MLXTensor:
+def laid_out(array: Array, stride: tuple | None) -> MLXTensor:
     """An MLX tensor with ``array``'s values and torch strides ``stride`` (a dense layout: a base in its
     physical order and a permute view of it); contiguous when ``stride`` is None or not a permutation of the
     contiguous strides (then only the numbers are kept)."""
     shape = tuple(array.shape)
-    if stride is None or len(stride) < 2 or tuple(stride) == _contiguous_strides(shape):
-        return _new_base(array)
+    if stride is None or len(stride) < 2 or tuple(stride) == contiguous_strides(shape):
+        return new_base(array)
     order = sorted(range(len(shape)), key=lambda d: (-stride[d], d))  # outermost first
-    base = _new_base(mx().contiguous(mx().transpose(array, order)))
+    base = new_base(mx().contiguous(mx().transpose(array, order)))
     inverse = [order.index(d) for d in range(len(shape))]
-    out = _make_view(aten.permute.default, base, (inverse,), {})
+    out = make_view(aten.permute.default, base, (inverse,), {})
     if tuple(out.stride()) != tuple(stride):  # size-1 dimensions torch strides otherwise: keep the numbers only
-        return _new_base(array)
+        return new_base(array)
     return out
 
 
@@ -57,7 +60,7 @@ def like_layout(array_lowering: Any) -> Any:
 
     def lowering(a: Any, *args: Any, **kwargs: Any) -> Any:
         memory_format = kwargs.get("memory_format")
-        result = array_lowering(_unwrap(a), *[_unwrap(x) for x in args], **kwargs)
+        result = array_lowering(unwrap(a), *[unwrap(x) for x in args], **kwargs)
         return laid_out(result, _wanted_stride(tuple(result.shape), a, memory_format))
 
     lowering.__name__ = getattr(array_lowering, "__name__", "lowering")
@@ -66,7 +69,5 @@ def like_layout(array_lowering: Any) -> Any:
 
 def from_host(tensor: torch.Tensor) -> MLXTensor:
     """A new MLX tensor with a copy of host ``tensor``, in its dense layout (channels_last stays channels_last)."""
-    from .conversion import array_from_torch
-
     stride = _wanted_stride(tuple(tensor.shape), tensor, torch.preserve_format)
-    return laid_out(array_from_torch(tensor), stride)
+    return laid_out(to_mlx(tensor), stride)

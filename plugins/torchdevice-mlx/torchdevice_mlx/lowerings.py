@@ -1,4 +1,4 @@
-"""The ATen-op -> MLX lowering table used by :mod:`torchdevice_mlx.dispatch`.
+"""The ATen-op -> MLX lowering table used by :mod:`torchdevice_mlx.dispatch`: lowerings on MLX arrays.
 
 Each lowering takes MLX arrays where the op takes tensors (other arguments
 unchanged) and returns MLX arrays (or tuples/lists of them, ``None`` where the
@@ -16,38 +16,40 @@ Type promotion follows torch, not MLX: a binary op's operands are cast to
 ``torch.result_type`` of them (worked out once per combination of dtypes,
 dimensioned/zero-dim tensor and Python scalar kind) before MLX sees them.
 
-This module imports ``mlx.core`` at import: it is imported only by the
-dispatch of MLX tensors, which exist only where MLX does.
+This module imports ``mlx.core`` at import: it is imported (inside functions) only by the
+dispatch of MLX tensors, which exist only where MLX does. It knows nothing of tensors: the lowerings on
+the tensors themselves are :mod:`torchdevice_mlx.tensor_lowerings`'.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 import mlx.core as _mlx_core
 import torch
+from torch._ops import OpOverload
 
-from .conversion import array_from_torch, to_mx_dtype, to_torch_dtype
-from .dispatch import _unwrap
-from .layout import like_layout
-from .mlxtensor import MLXTensor, _new_base
-from .views import write
+from .bridge import from_mlx, to_mlx
+from .conversion import note_fallback, to_mx_dtype, to_torch_dtype
+from .runtime import Array
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 LOWERINGS: dict = {}
 
-# the names the lowerings' annotations use
-#: an ``mlx.core.array`` (what a lowering takes where the op takes a tensor; MLX ships no types mypy reads)
-Array = Any
+# the names the lowerings' annotations use (Array: an ``mlx.core.array``, see torchdevice_mlx.runtime)
 #: a dimension argument: one, several, or None (all)
 Dims = int | Sequence[int] | None
-#: an int-or-list argument of convolution and pooling (stride, padding ...)
-Ints = int | Sequence[int]
+#: an int-list argument of convolution and pooling (stride, padding ...: ATen passes a list)
+Ints = Sequence[int]
 #: a Python number argument
 Scalar = int | float | bool
+#: an MLX dtype (``mlx.core.Dtype``)
+DType = Any
+#: an argument that is an MLX array or a Python number (Any, like Array: no narrowing by ``type(x) is _ARR``)
+ArrayOrScalar = Any
 
 RANDOM_OPS = {
     aten.bernoulli.default, aten.bernoulli.p, aten.bernoulli_.float,
@@ -71,7 +73,7 @@ _F64 = _mlx_core.float64
 
 
 def _float64_exact(name: str, fn: Callable) -> Callable:
-    def run(*args: Any, **kwargs: Any):
+    def run(*args: Any, **kwargs: Any) -> Array:
         for a in args[:2]:
             if getattr(a, "dtype", None) == _F64:
                 raise NotImplementedError(f"mlx.core.{name} computes float64 at float32 precision")
@@ -81,7 +83,7 @@ def _float64_exact(name: str, fn: Callable) -> Callable:
     return run
 
 
-def _round(a: Array, decimals: int = 0, **kwargs: Any):
+def _round_exact(a: Array, decimals: int = 0, **kwargs: Any) -> Array:
     if decimals and getattr(a, "dtype", None) == _F64:  # scaling by 10**decimals in float32 precision
         raise NotImplementedError("mlx.core.round with decimals computes float64 at float32 precision")
     return _mlx_core.round(a, decimals, **kwargs)
@@ -92,7 +94,7 @@ def _round(a: Array, decimals: int = 0, **kwargs: Any):
 core = SimpleNamespace(**{n: getattr(_mlx_core, n) for n in dir(_mlx_core) if not n.startswith("__")})
 for _name in FLOAT64_INEXACT:
     setattr(core, _name, _float64_exact(_name, getattr(_mlx_core, _name)))
-core.round = _round
+core.round = _round_exact
 
 _ARR = core.array
 _FLOATS = {core.float16, core.bfloat16, core.float32, core.float64}
@@ -107,7 +109,7 @@ def lower(*ops: Any) -> Callable:
     return register
 
 
-def _dt(dtype: torch.dtype | None):
+def _dt(dtype: torch.dtype) -> DType:
     return to_mx_dtype(dtype)
 
 
@@ -115,11 +117,7 @@ def _tdt(dtype: torch.dtype | None) -> torch.dtype:
     return to_torch_dtype(dtype)
 
 
-def _is_float(a: Array) -> bool:
-    return a.dtype in _FLOATS
-
-
-def _dims(dim: Dims, ndim: int):
+def _dims(dim: Dims, ndim: int) -> list[int]:
     if ndim == 0:  # torch accepts dim 0/-1 on a 0-d tensor
         return []
     if dim is None or (not isinstance(dim, int) and len(dim) == 0):
@@ -135,13 +133,13 @@ _PROMO: dict = {}
 _SAMPLE = {bool: True, int: 1, float: 1.0, complex: 1j}
 
 
-def _key(x: Array):
+def _key(x: Array) -> object:
     if type(x) is _ARR:
         return x.dtype if x.ndim else (x.dtype, 0)
     return type(x)
 
 
-def _dummy(key):
+def _dummy(key: Any) -> torch.Tensor | Scalar | complex:  # key: a _key
     if isinstance(key, tuple):
         return torch.empty((), dtype=_tdt(key[0]))
     if isinstance(key, type):
@@ -151,7 +149,7 @@ def _dummy(key):
     return torch.empty(1, dtype=_tdt(key))
 
 
-def result_dtype(*operands: Any):
+def result_dtype(*operands: Any) -> DType:
     """torch.result_type of MLX arrays / Python scalars, as an MLX dtype."""
     a = operands[0]
     if len(operands) == 2:
@@ -176,7 +174,7 @@ def result_dtype(*operands: Any):
     return hit
 
 
-def _cast(x: Array, dt):
+def _cast(x: Array, dt: DType) -> Array:
     if type(x) is _ARR:
         return x if x.dtype == dt else x.astype(dt)
     if x is None:
@@ -188,19 +186,19 @@ def _cast(x: Array, dt):
     return x  # a Python number: MLX keeps the array's dtype (a weak scalar), as torch does
 
 
-def _promoted(a: Array, b: Array):
+def _promoted(a: Array, b: Array) -> tuple[Array, Array, DType]:
     dt = result_dtype(a, b)
     return _cast(a, dt), _cast(b, dt), dt
 
 
-def _to_float(a: Array):
+def _to_float(a: Array) -> Array:
     return a if a.dtype in _FLOATS else a.astype(core.float32)
 
 
 # -- elementwise --------------------------------------------------------------------------
 
-def _binary(fn: Callable[..., Any]):
-    def lowering(a: Array, b: Array):
+def _binary(fn: Callable[..., Any]) -> Callable[..., Array]:
+    def lowering(a: Array, b: Array) -> Array:
         # the common cases first: two arrays of one dtype; a floating array and a Python number
         if type(a) is _ARR and ((type(b) is _ARR and a.dtype == b.dtype)
                                 or (type(b) is float and a.dtype in _FLOATS)):
@@ -210,8 +208,8 @@ def _binary(fn: Callable[..., Any]):
     return lowering
 
 
-def _binary_alpha(fn: Callable[..., Any]):
-    def lowering(a: Array, b: Array, alpha: Scalar = 1):
+def _binary_alpha(fn: Callable[..., Any]) -> Callable[..., Array]:
+    def lowering(a: Array, b: Array, alpha: Scalar = 1) -> Array:
         if alpha == 1 and type(a) is _ARR and ((type(b) is _ARR and a.dtype == b.dtype)
                                                or (type(b) is float and a.dtype in _FLOATS)):
             return fn(a, b)
@@ -236,13 +234,13 @@ lower(aten.remainder.Tensor, aten.remainder.Scalar, prims.remainder.default)(_bi
 
 
 @lower(aten.rsub.Scalar, aten.rsub.Tensor)
-def _rsub(a: Array, b: Array, alpha: Scalar = 1):
+def _rsub(a: Array, b: Array, alpha: Scalar = 1) -> Array:
     a, b, _ = _promoted(a, b)
     return core.subtract(b, a * alpha if alpha != 1 else a)
 
 
 @lower(aten.div.Tensor, aten.div.Scalar)
-def _div(a: Array, b: Array):
+def _div(a: Array, b: Array) -> Array:
     dt = result_dtype(a, b)
     if dt not in _FLOATS and not core.issubdtype(dt, core.complexfloating):
         # integers divide as floats, each operand converted from its own dtype (as torch's true division)
@@ -250,7 +248,7 @@ def _div(a: Array, b: Array):
     return core.divide(_cast(a, dt), _cast(b, dt))
 
 
-def _trunc_div_int(a: Array, b: Array):
+def _trunc_div_int(a: Array, b: Array) -> Array:
     q = core.floor_divide(a, b)
     r = core.remainder(a, b)
     fix = (r != 0) & ((a < 0) != (b < 0))
@@ -258,7 +256,7 @@ def _trunc_div_int(a: Array, b: Array):
 
 
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
-def _div_mode(a: Array, b: Array, rounding_mode: str | None = None):
+def _div_mode(a: Array, b: Array, rounding_mode: str | None = None) -> Array:
     if rounding_mode is None:
         return _div(a, b)
     a, b, dt = _promoted(a, b)
@@ -271,7 +269,7 @@ def _div_mode(a: Array, b: Array, rounding_mode: str | None = None):
 
 
 @lower(prims.div.default)
-def _p_div(a: Array, b: Array):
+def _p_div(a: Array, b: Array) -> Array:
     a, b, dt = _promoted(a, b)
     if dt in _FLOATS:
         return core.divide(a, b)
@@ -279,7 +277,7 @@ def _p_div(a: Array, b: Array):
 
 
 @lower(aten.fmod.Tensor, aten.fmod.Scalar, prims.fmod.default)
-def _fmod(a: Array, b: Array):
+def _fmod(a: Array, b: Array) -> Array:
     a, b, dt = _promoted(a, b)
     if dt in _FLOATS:
         q = core.divide(a, b)
@@ -289,7 +287,7 @@ def _fmod(a: Array, b: Array):
 
 
 @lower(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, prims.pow.default)
-def _pow(a: Array, b: Array):
+def _pow(a: Array, b: Array) -> Array:
     a, b, dt = _promoted(a, b)
     if dt not in _FLOATS:
         # integer powers: negative exponents raise (or round) in torch; only what is exact here
@@ -299,15 +297,15 @@ def _pow(a: Array, b: Array):
 
 
 @lower(aten.pow.Scalar)
-def _pow_s(a: Array, b: Array):
+def _pow_s(a: Array, b: Array) -> Array:
     dt = result_dtype(a, b)
     if dt not in _FLOATS:
         raise NotImplementedError("integer power of a scalar")
     return core.power(core.array(a, dtype=dt), _cast(b, dt))
 
 
-def _float_unary(fn: Callable[..., Any]):
-    def lowering(a: Array):
+def _float_unary(fn: Callable[..., Any]) -> Callable[..., Array]:
+    def lowering(a: Array) -> Array:
         return fn(_to_float(a))
     return lowering
 
@@ -327,8 +325,8 @@ for _names, _fn in [
                 LOWERINGS[_packet.default] = _float_unary(_fn)
 
 
-def _same_unary(fn: Callable[..., Any], *, ints_identity=False):
-    def lowering(a: Array):
+def _same_unary(fn: Callable[..., Any], *, ints_identity: bool=False) -> Callable[..., Array]:
+    def lowering(a: Array) -> Array:
         if a.dtype == core.bool_:
             raise NotImplementedError("on bool")
         if ints_identity and a.dtype not in _FLOATS:
@@ -348,7 +346,7 @@ lower(aten.trunc.default, prims.trunc.default)(_same_unary(
 
 
 @lower(aten.round.default, aten.round.decimals, prims.round.default)
-def _round(a: Array, decimals: int = 0):
+def _round(a: Array, decimals: int = 0) -> Array:
     if a.dtype not in _FLOATS:
         if decimals:
             raise NotImplementedError("round of an integer tensor to decimals")
@@ -357,12 +355,12 @@ def _round(a: Array, decimals: int = 0):
 
 
 @lower(aten.logical_not.default)
-def _logical_not(a: Array):
+def _logical_not(a: Array) -> Array:
     return core.logical_not(a)
 
 
 @lower(aten.bitwise_not.default, prims.bitwise_not.default)
-def _bitwise_not(a: Array):
+def _bitwise_not(a: Array) -> Array:
     if a.dtype == core.bool_:
         return core.logical_not(a)
     if a.dtype not in _INTS:
@@ -371,29 +369,29 @@ def _bitwise_not(a: Array):
 
 
 @lower(aten.isnan.default)
-def _isnan(a: Array):
+def _isnan(a: Array) -> Array:
     return core.isnan(a) if a.dtype in _FLOATS else core.zeros(a.shape, dtype=core.bool_)
 
 
 @lower(aten.isinf.default)
-def _isinf(a: Array):
+def _isinf(a: Array) -> Array:
     return core.isinf(a) if a.dtype in _FLOATS else core.zeros(a.shape, dtype=core.bool_)
 
 
 @lower(aten.isfinite.default, prims.isfinite.default)
-def _isfinite(a: Array):
+def _isfinite(a: Array) -> Array:
     return core.isfinite(a) if a.dtype in _FLOATS else core.ones(a.shape, dtype=core.bool_)
 
 
 @lower(aten.relu.default)
-def _relu(a: Array):
+def _relu(a: Array) -> Array:
     if a.dtype == core.bool_:
         raise NotImplementedError("relu of bool")
     return core.maximum(a, core.array(0, dtype=a.dtype))
 
 
 @lower(aten.gelu.default)
-def _gelu(a: Array, approximate: str = "none"):
+def _gelu(a: Array, approximate: str = "none") -> Array:
     if a.dtype not in _FLOATS:
         raise NotImplementedError("gelu of an integer tensor")
     if approximate == "tanh":
@@ -403,14 +401,14 @@ def _gelu(a: Array, approximate: str = "none"):
 
 
 @lower(aten.silu.default)
-def _silu(a: Array):
+def _silu(a: Array) -> Array:
     if a.dtype not in _FLOATS:
         raise NotImplementedError("silu of an integer tensor")
     return a * core.sigmoid(a)
 
 
-def _compare(fn: Callable[..., Any]):
-    def lowering(a: Array, b: Array):
+def _compare(fn: Callable[..., Any]) -> Callable[..., Array]:
+    def lowering(a: Array, b: Array) -> Array:
         a, b, _ = _promoted(a, b)
         return fn(a, b)
     return lowering
@@ -422,8 +420,8 @@ for _op, _fn in [("eq", core.equal), ("ne", core.not_equal), ("lt", core.less), 
     LOWERINGS[getattr(prims, _op).default] = _compare(_fn)
 
 
-def _logical(fn: Callable[..., Any]):
-    def lowering(a: Array, b: Array):
+def _logical(fn: Callable[..., Any]) -> Callable[..., Array]:
+    def lowering(a: Array, b: Array) -> Array:
         return fn(a if type(a) is not _ARR or a.dtype == core.bool_ else a != 0,
                   b if type(b) is not _ARR or b.dtype == core.bool_ else b != 0)
     return lowering
@@ -434,8 +432,8 @@ LOWERINGS[aten.logical_or.default] = _logical(core.logical_or)
 LOWERINGS[aten.logical_xor.default] = _logical(core.not_equal)
 
 
-def _bitwise(fn: Callable[..., Any], logical):
-    def lowering(a: Array, b: Array):
+def _bitwise(fn: Callable[..., Any], logical: Callable[..., Array]) -> Callable[..., Array]:
+    def lowering(a: Array, b: Array) -> Array:
         a, b, dt = _promoted(a, b)
         if dt == core.bool_:
             return logical(a, b)
@@ -454,13 +452,13 @@ for _name, _fn, _logical_fn in [("bitwise_and", core.bitwise_and, core.logical_a
 
 
 @lower(aten.where.self, prims.where.default)
-def _where(c, a: Array, b: Array):
+def _where(c: Array, a: Array, b: Array) -> Array:
     a, b, _ = _promoted(a, b)
     return core.where(c if c.dtype == core.bool_ else c != 0, a, b)
 
 
 @lower(aten.clamp.default, aten.clamp.Tensor)
-def _clamp(a: Array, min=None, max=None):
+def _clamp(a: Array, min: Scalar | Array | None=None, max: Scalar | Array | None=None) -> Array:
     dt = result_dtype(a, min, max)
     a = _cast(a, dt)
     if min is not None:
@@ -471,31 +469,31 @@ def _clamp(a: Array, min=None, max=None):
 
 
 @lower(aten.clamp_min.default, aten.clamp_min.Tensor)
-def _clamp_min(a: Array, min):
+def _clamp_min(a: Array, min: Scalar | Array | None) -> Array:
     return _clamp(a, min=min)
 
 
 @lower(aten.clamp_max.default, aten.clamp_max.Tensor)
-def _clamp_max(a: Array, max):
+def _clamp_max(a: Array, max: Scalar | Array | None) -> Array:
     return _clamp(a, max=max)
 
 
 @lower(aten.lerp.Scalar, aten.lerp.Tensor)
-def _lerp(a: Array, b: Array, w: Array):
+def _lerp(a: Array, b: Array, w: Array) -> Array:
     if a.dtype not in _FLOATS:
         raise NotImplementedError("lerp of an integer tensor")
     return a + w * (b - a)
 
 
 @lower(aten.addcmul.default)
-def _addcmul(a: Array, t1: Array, t2: Array, value=1):
+def _addcmul(a: Array, t1: Array, t2: Array, value: Scalar=1) -> Array:
     dt = result_dtype(a, t1, t2)
     a, t1, t2 = _cast(a, dt), _cast(t1, dt), _cast(t2, dt)
     return a + value * t1 * t2 if value != 1 else a + t1 * t2
 
 
 @lower(aten.addcdiv.default)
-def _addcdiv(a: Array, t1: Array, t2: Array, value=1):
+def _addcdiv(a: Array, t1: Array, t2: Array, value: Scalar=1) -> Array:
     dt = result_dtype(a, t1, t2)
     if dt not in _FLOATS:
         raise NotImplementedError("addcdiv of integer tensors")
@@ -506,9 +504,9 @@ def _addcdiv(a: Array, t1: Array, t2: Array, value=1):
 # -- copies, casts, factories -----------------------------------------------
 
 @lower(aten._to_copy.default)
-def _to_copy(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+def to_copy(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
              device: torch.device | str | None = None, pin_memory: bool | None = None, non_blocking: bool = False,
-             memory_format: torch.memory_format | None = None):
+             memory_format: torch.memory_format | None = None) -> Array:
     if device is not None and torch.device(device).type != "cpu":
         raise NotImplementedError(f"MLXTensor cannot move to {device}")
     if dtype is not None and _dt(dtype) != a.dtype:
@@ -516,7 +514,7 @@ def _to_copy(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | 
     return core.array(a)
 
 
-def _convert(a: Array, dt):
+def _convert(a: Array, dt: DType) -> Array:
     """``a`` as dtype ``dt`` with torch's conversion rules (float -> int truncates toward zero, as both do)."""
     if dt == core.bool_ and a.dtype != core.bool_:
         return a != 0
@@ -524,24 +522,24 @@ def _convert(a: Array, dt):
 
 
 @lower(prims.convert_element_type.default)
-def _p_convert(a: Array, dtype: torch.dtype | None):
+def _p_convert(a: Array, dtype: torch.dtype) -> Array:
     return _convert(a, _dt(dtype)) if _dt(dtype) != a.dtype else a
 
 
 @lower(aten.clone.default, prims.clone.default)
-def _clone(a: Array, memory_format: torch.memory_format | None = None):
+def clone(a: Array, memory_format: torch.memory_format | None = None) -> Array:
     return core.array(a)
 
 
 @lower(aten.lift_fresh.default, aten.lift_fresh_copy.default)
-def _lift(a: Array):
+def _lift(a: Array) -> Array:
     return a
 
 
-def _like(value):
+def _like(value: Scalar) -> Callable[..., Array]:
     def fn(a: Array, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
            device: torch.device | str | None = None, pin_memory: bool | None = None,
-           memory_format: torch.memory_format | None = None):
+           memory_format: torch.memory_format | None = None) -> Array:
         dt = _dt(dtype) if dtype is not None else a.dtype
         return core.full(a.shape, value, dtype=dt)
     return fn
@@ -553,20 +551,20 @@ LOWERINGS[aten.empty_like.default] = _like(0)
 
 
 @lower(aten.full_like.default)
-def _full_like(a: Array, fill_value, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+def _full_like(a: Array, fill_value: Scalar, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
                device: torch.device | str | None = None, pin_memory: bool | None = None,
-               memory_format: torch.memory_format | None = None):
+               memory_format: torch.memory_format | None = None) -> Array:
     return core.full(a.shape, fill_value, dtype=_dt(dtype) if dtype is not None else a.dtype)
 
 
 @lower(aten.fill.Scalar, aten.fill.Tensor, prims.fill.default)
-def _fill(a: Array, value):
+def _fill(a: Array, value: ArrayOrScalar) -> Array:
     return core.full(a.shape, value if type(value) is not _ARR else value.astype(a.dtype), dtype=a.dtype)
 
 
 @lower(aten.new_zeros.default, aten.new_empty.default, aten.new_full.default, aten.new_ones.default)
 def _new(a: Array, size: Sequence[int], *rest: Any, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
-         device: torch.device | str | None = None, pin_memory: bool | None = None):
+         device: torch.device | str | None = None, pin_memory: bool | None = None) -> Array:
     value = rest[0] if rest else 0
     return core.full(tuple(size), value, dtype=_dt(dtype) if dtype is not None else a.dtype)
 
@@ -576,26 +574,26 @@ LOWERINGS[aten.new_ones.default] = lambda a, size, dtype=None, layout=None, devi
 
 
 @lower(aten.copy.default)
-def _copy(a: Array, src: Array, non_blocking: bool = False):
+def _copy(a: Array, src: Array, non_blocking: bool = False) -> Array:
     return core.broadcast_to(_convert(src, a.dtype) if src.dtype != a.dtype else src, a.shape)
 
 
 @lower(aten.tril.default)
-def _tril(a: Array, diagonal: int = 0):
+def _tril(a: Array, diagonal: int = 0) -> Array:
     return core.tril(a, diagonal) if a.ndim >= 2 else _raise("tril of a tensor with fewer than 2 dims")
 
 
 @lower(aten.triu.default)
-def _triu(a: Array, diagonal: int = 0):
+def _triu(a: Array, diagonal: int = 0) -> Array:
     return core.triu(a, diagonal) if a.ndim >= 2 else _raise("triu of a tensor with fewer than 2 dims")
 
 
-def _raise(why):
+def _raise(why: str) -> NoReturn:
     raise NotImplementedError(why)
 
 
 @lower(aten.flip.default, prims.rev.default)
-def _flip(a: Array, dims: Sequence[int]):
+def _flip(a: Array, dims: Sequence[int]) -> Array:
     idx = [slice(None)] * a.ndim
     for d in dims:
         idx[d % a.ndim] = slice(None, None, -1)
@@ -605,22 +603,22 @@ def _flip(a: Array, dims: Sequence[int]):
 # -- views (aliasing handled in views.py) ------------------------------------
 
 @lower(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default, prims.reshape.default)
-def _view(a: Array, size: Sequence[int], *stride: Any):
+def _view(a: Array, size: Sequence[int], *stride: Any) -> Array:
     return a.reshape(tuple(size))
 
 
 @lower(aten.alias.default, aten.detach.default, prims.view_of.default)
-def _alias(a: Array):
+def _alias(a: Array) -> Array:
     return a
 
 
 @lower(aten.unsqueeze.default)
-def _unsqueeze(a: Array, dim: Dims):
+def _unsqueeze(a: Array, dim: int) -> Array:
     return core.expand_dims(a, dim % (a.ndim + 1))
 
 
 @lower(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, prims.squeeze.default)
-def _squeeze(a: Array, dim: Dims | None = None):
+def _squeeze(a: Array, dim: Dims | None = None) -> Array:
     if dim is not None and not isinstance(dim, int) and len(dim) == 0:
         return a  # squeeze.dims with no dims squeezes nothing
     dims = [d for d in _dims(dim, a.ndim) if a.shape[d] == 1] if a.ndim else []
@@ -628,29 +626,29 @@ def _squeeze(a: Array, dim: Dims | None = None):
 
 
 @lower(aten.t.default)
-def _t(a: Array):
+def _t(a: Array) -> Array:
     return a.T if a.ndim == 2 else a
 
 
 @lower(aten.transpose.int)
-def _transpose(a: Array, d0, d1):
+def _transpose(a: Array, d0: int, d1: int) -> Array:
     return core.swapaxes(a, d0, d1) if a.ndim else a
 
 
 @lower(aten.permute.default, prims.transpose.default)
-def _permute(a: Array, dims: Sequence[int]):
+def _permute(a: Array, dims: Sequence[int]) -> Array:
     return core.transpose(a, [d % a.ndim for d in dims]) if a.ndim else a
 
 
 @lower(aten.expand.default)
-def _expand(a: Array, size: Sequence[int], implicit: bool = False):
+def _expand(a: Array, size: Sequence[int], implicit: bool = False) -> Array:
     lead = len(size) - a.ndim
     shape = [a.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
     return core.broadcast_to(a, shape)
 
 
 @lower(aten.slice.Tensor)
-def _slice(a: Array, dim: Dims = 0, start=None, end=None, step=1):
+def _slice(a: Array, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1) -> Array:
     n = a.shape[dim]
     start = 0 if start is None else start
     end = n if end is None else end
@@ -662,14 +660,14 @@ def _slice(a: Array, dim: Dims = 0, start=None, end=None, step=1):
 
 
 @lower(aten.select.int)
-def _select(a: Array, dim: int, index: int):
-    idx = [slice(None)] * a.ndim
+def _select(a: Array, dim: int, index: int) -> Array:
+    idx: list[slice | int] = [slice(None)] * a.ndim
     idx[dim] = index
     return a[tuple(idx)]
 
 
 @lower(prims.broadcast_in_dim.default)
-def _p_broadcast(a: Array, shape: Sequence[int], broadcast_dimensions):
+def _p_broadcast(a: Array, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> Array:
     shape = list(shape)
     expanded = [1] * len(shape)
     for src, dst in enumerate(broadcast_dimensions):
@@ -678,7 +676,7 @@ def _p_broadcast(a: Array, shape: Sequence[int], broadcast_dimensions):
 
 
 @lower(prims.collapse_view.default, prims.collapse.default)
-def _p_collapse(a: Array, start, end):
+def _p_collapse(a: Array, start: int, end: int) -> Array:
     shape = list(a.shape)
     n = 1
     for s in shape[start:end]:
@@ -687,14 +685,14 @@ def _p_collapse(a: Array, start, end):
 
 
 @lower(prims.split_dim.default)
-def _p_split_dim(a: Array, dim: Dims, outer_length):
+def _p_split_dim(a: Array, dim: int, outer_length: int) -> Array:
     shape = list(a.shape)
     return a.reshape(shape[:dim] + [outer_length, shape[dim] // outer_length] + shape[dim + 1:])
 
 
 # -- reductions -------------------------------------------------------------
 
-def _acc(a: Array, dtype: torch.dtype | None):
+def _acc(a: Array, dtype: torch.dtype | None) -> Array:
     """torch's accumulation dtype for sum/prod/cumsum: the requested one, else int64 for integers and bool."""
     if dtype is not None:
         return _convert(a, _dt(dtype)) if _dt(dtype) != a.dtype else a
@@ -702,19 +700,19 @@ def _acc(a: Array, dtype: torch.dtype | None):
 
 
 @lower(aten.sum.dim_IntList, aten.sum.default)
-def _sum(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None):
+def _sum(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
     a = _acc(a, dtype)
     return core.sum(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
 
 
 @lower(aten.prod.default, aten.prod.dim_int)
-def _prod(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None):
+def _prod(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
     a = _acc(a, dtype)
     return core.prod(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
 
 
 @lower(aten.mean.dim, aten.mean.default)
-def _mean(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None):
+def _mean(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
     if dtype is not None:
         a = a.astype(_dt(dtype))
     if a.dtype not in _FLOATS:
@@ -722,8 +720,8 @@ def _mean(a: Array, dim: Dims | None = None, keepdim: bool = False, dtype: torch
     return core.mean(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
 
 
-def _extreme(fn: Callable[..., Any]):
-    def lowering(a: Array, dim: Dims = (), keepdim: bool = False):
+def _extreme(fn: Callable[..., Any]) -> Callable[..., Array]:
+    def lowering(a: Array, dim: Dims = (), keepdim: bool = False) -> Array:
         axes = _dims(dim, a.ndim)
         if any(a.shape[d] == 0 for d in axes) or (a.size == 0 and not axes):
             raise NotImplementedError("reduction over an empty dimension")  # torch raises
@@ -736,17 +734,17 @@ lower(aten.amin.default)(_extreme(core.min))
 
 
 @lower(aten.max.default)
-def _max_all(a: Array):
+def _max_all(a: Array) -> Array:
     return _extreme(core.max)(a)
 
 
 @lower(aten.min.default)
-def _min_all(a: Array):
+def _min_all(a: Array) -> Array:
     return _extreme(core.min)(a)
 
 
-def _arg(fn: Callable[..., Any], extreme):
-    def lowering(a: Array, dim: Dims | None = None, keepdim: bool = False):
+def _arg(fn: Callable[..., Any], extreme: str) -> Callable[..., Array]:
+    def lowering(a: Array, dim: Dims | None = None, keepdim: bool = False) -> Array:
         if a.size == 0:
             raise NotImplementedError("argmax/argmin of an empty tensor")
         if a.ndim == 0:
@@ -776,8 +774,8 @@ lower(aten.argmax.default)(_arg(core.argmax, "max"))
 lower(aten.argmin.default)(_arg(core.argmin, "min"))
 
 
-def _extreme_dim(fn: Callable[..., Any], argfn: Callable[..., Any], extreme):
-    def lowering(a: Array, dim: Dims, keepdim: bool = False):
+def _extreme_dim(fn: Callable[..., Any], argfn: Callable[..., Any], extreme: str) -> Callable[..., Array]:
+    def lowering(a: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
         if a.ndim == 0:
             return a, core.array(0, dtype=core.int64)
         idx = _arg(argfn, extreme)(a, dim, True)
@@ -792,8 +790,8 @@ lower(aten.max.dim)(_extreme_dim(core.max, core.argmax, "max"))
 lower(aten.min.dim)(_extreme_dim(core.min, core.argmin, "min"))
 
 
-def _bool_reduce(fn: Callable[..., Any]):
-    def lowering(a: Array, dim: Dims | None = None, keepdim: bool = False):
+def _bool_reduce(fn: Callable[..., Any]) -> Callable[..., Array]:
+    def lowering(a: Array, dim: Dims | None = None, keepdim: bool = False) -> Array:
         out = fn(a if a.dtype == core.bool_ else a != 0, axis=_dims(dim, a.ndim), keepdims=keepdim)
         return out.astype(core.uint8) if a.dtype == core.uint8 else out
     return lowering
@@ -803,7 +801,7 @@ lower(aten.any.default, aten.any.dim, aten.any.dims)(_bool_reduce(core.any))
 lower(aten.all.default, aten.all.dim, aten.all.dims)(_bool_reduce(core.all))
 
 
-def _var_impl(a: Array, dims: Sequence[int], correction: Scalar | None, keepdim: bool):
+def _var_impl(a: Array, dims: Sequence[int], correction: Scalar, keepdim: bool) -> Array:
     if a.dtype not in _FLOATS:
         raise NotImplementedError("var of an integer tensor")
     n = 1
@@ -815,51 +813,51 @@ def _var_impl(a: Array, dims: Sequence[int], correction: Scalar | None, keepdim:
 
 
 @lower(aten.var.correction)
-def _var(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False):
+def _var(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False) -> Array:
     return _var_impl(a, _dims(dim, a.ndim), 1 if correction is None else correction, keepdim)
 
 
 @lower(aten.std.correction)
-def _std(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False):
+def _std(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False) -> Array:
     return core.sqrt(_var(a, dim, correction=correction, keepdim=keepdim))
 
 
 @lower(aten.var_mean.correction)
-def _var_mean(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False):
+def _var_mean(a: Array, dim: Dims | None = None, *, correction: Scalar | None = None, keepdim: bool = False) -> tuple[Array, Array]:
     dims = _dims(dim, a.ndim)
     return (_var_impl(a, dims, 1 if correction is None else correction, keepdim),
             core.mean(a, axis=dims, keepdims=keepdim))
 
 
 @lower(prims.sum.default)
-def _p_sum(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
+def _p_sum(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None) -> Array:
     out = core.sum(a, axis=list(dims))
     return out.astype(_dt(output_dtype)) if output_dtype is not None else out
 
 
 @lower(prims.prod.default)
-def _p_prod(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
+def _p_prod(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None) -> Array:
     out = core.prod(a, axis=list(dims))
     return out.astype(_dt(output_dtype)) if output_dtype is not None else out
 
 
 @lower(prims.amax.default)
-def _p_amax(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
+def _p_amax(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None) -> Array:
     return _extreme(core.max)(a, list(dims))
 
 
 @lower(prims.amin.default)
-def _p_amin(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None):
+def _p_amin(a: Array, dims: Sequence[int], *, output_dtype: torch.dtype | None = None) -> Array:
     return _extreme(core.min)(a, list(dims))
 
 
 @lower(prims.var.default)
-def _p_var(a: Array, dims: Sequence[int], correction: Scalar | None = 1, *, output_dtype: torch.dtype | None = None):
+def _p_var(a: Array, dims: Sequence[int], correction: Scalar = 1, *, output_dtype: torch.dtype | None = None) -> Array:
     return _var_impl(a, list(dims), correction, False)
 
 
 @lower(aten.logsumexp.default)
-def _logsumexp(a: Array, dim: Dims, keepdim: bool = False):
+def _logsumexp(a: Array, dim: Dims, keepdim: bool = False) -> Array:
     a = _to_float(a)
     axes = _dims(dim, a.ndim)
     if a.size == 0:
@@ -868,20 +866,20 @@ def _logsumexp(a: Array, dim: Dims, keepdim: bool = False):
 
 
 @lower(aten.cumsum.default)
-def _cumsum(a: Array, dim: Dims, dtype: torch.dtype | None = None):
+def _cumsum(a: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
     a = _acc(a, dtype)
     return core.cumsum(a, axis=dim % a.ndim) if a.ndim else a
 
 
 @lower(aten.cumprod.default)
-def _cumprod(a: Array, dim: Dims, dtype: torch.dtype | None = None):
+def _cumprod(a: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
     a = _acc(a, dtype)
     return core.cumprod(a, axis=dim % a.ndim) if a.ndim else a
 
 
 # -- sorting ------------------------------------------------------------------
 
-def _descending_order(a: Array, axis: int):
+def _descending_order(a: Array, axis: int) -> Array:
     """Indices sorting ``a`` descending along ``axis``, ties in index order, NaN first (torch's order)."""
     n = a.shape[axis]
     rev = [slice(None)] * a.ndim
@@ -891,7 +889,7 @@ def _descending_order(a: Array, axis: int):
 
 
 @lower(aten.sort.default, aten.sort.stable)
-def _sort(a: Array, dim: Dims = -1, descending: bool = False, *, stable: bool | None = None):
+def _sort(a: Array, dim: int = -1, descending: bool = False, *, stable: bool | None = None) -> tuple[Array, Array]:
     if stable:
         raise NotImplementedError("stable sort")  # MLX does not document a stable sort
     if a.ndim == 0:
@@ -902,7 +900,7 @@ def _sort(a: Array, dim: Dims = -1, descending: bool = False, *, stable: bool | 
 
 
 @lower(aten.topk.default)
-def _topk(a: Array, k, dim: Dims = -1, largest: bool = True, sorted: bool = True):
+def _topk(a: Array, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Array, Array]:
     if a.ndim == 0:
         return a, core.array(0, dtype=core.int64)
     axis = dim % a.ndim
@@ -922,7 +920,7 @@ _MATMUL_NAMES = {core.float32: ("Float", "float"), core.float64: ("Double", "dou
                  core.float16: ("Half", "c10::Half"), core.bfloat16: ("BFloat16", "c10::BFloat16")}
 
 
-def _names(*arrays: Any, c10: bool = False) -> list:
+def _dtype_names(*arrays: Any, c10: bool = False) -> list:
     return [_MATMUL_NAMES.get(x.dtype, (str(_tdt(x.dtype)),) * 2)[c10] for x in arrays]
 
 
@@ -932,32 +930,32 @@ def _check_floating(a: Array, b: Array) -> None:
 
 
 @lower(aten.mm.default)
-def _mm(a: Array, b: Array):
+def _mm(a: Array, b: Array) -> Array:
     if a.dtype != b.dtype:  # torch refuses mixed dtypes (CUDA too); promoting would hide the program's bug
-        raise RuntimeError("expected m1 and m2 to have the same dtype, but got: {} != {}".format(*_names(a, b, c10=True)))
+        raise RuntimeError("expected m1 and m2 to have the same dtype, but got: {} != {}".format(*_dtype_names(a, b, c10=True)))
     _check_floating(a, b)
     return core.matmul(a, b)
 
 
 @lower(aten.bmm.default)
-def _bmm(a: Array, b: Array):
+def _bmm(a: Array, b: Array) -> Array:
     if a.dtype != b.dtype:
-        raise RuntimeError("expected scalar type {} but found {}".format(*_names(a, b)))
+        raise RuntimeError("expected scalar type {} but found {}".format(*_dtype_names(a, b)))
     _check_floating(a, b)
     return core.matmul(a, b)
 
 
 @lower(aten.addmm.default)
-def _addmm(bias: Array | None, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1):
+def _addmm(bias: Array, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
     if a.dtype != b.dtype:
-        raise RuntimeError("mat1 and mat2 must have the same dtype, but got {} and {}".format(*_names(a, b)))
+        raise RuntimeError("mat1 and mat2 must have the same dtype, but got {} and {}".format(*_dtype_names(a, b)))
     if bias.dtype != b.dtype:
-        raise RuntimeError("self and mat2 must have the same dtype, but got {} and {}".format(*_names(bias, b)))
+        raise RuntimeError("self and mat2 must have the same dtype, but got {} and {}".format(*_dtype_names(bias, b)))
     _check_floating(a, b)
     return _scaled_addmm(bias, a, b, beta, alpha)
 
 
-def _scaled_addmm(bias: Array | None, a: Array, b: Array, beta: Scalar, alpha: Scalar):
+def _scaled_addmm(bias: Array, a: Array, b: Array, beta: Scalar, alpha: Scalar) -> Array:
     if beta == 1 and alpha == 1:
         return core.addmm(bias, a, b)
     out = core.matmul(a, b)
@@ -969,28 +967,28 @@ def _scaled_addmm(bias: Array | None, a: Array, b: Array, beta: Scalar, alpha: S
 
 
 @lower(aten.baddbmm.default)
-def _baddbmm(bias: Array | None, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1):
+def _baddbmm(bias: Array, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
     if not bias.dtype == a.dtype == b.dtype:
         raise RuntimeError("Input dtypes must be the same, got: input {}, batch1: {}, batch2: {}".format(
-            *_names(bias, a, b, c10=True)))
+            *_dtype_names(bias, a, b, c10=True)))
     _check_floating(a, b)
     return _scaled_addmm(bias, a, b, beta, alpha)
 
 
 @lower(aten.cat.default, prims.cat.default)
-def _cat(tensors: Sequence[Array], dim: Dims = 0):
+def _cat(tensors: Sequence[Array], dim: int = 0) -> Array:
     tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
     dt = result_dtype(*tensors)
     return core.concatenate([_cast(t, dt) for t in tensors], axis=dim % tensors[0].ndim)
 
 
 @lower(aten.stack.default)
-def _stack(tensors: Sequence[Array], dim: Dims = 0):
+def _stack(tensors: Sequence[Array], dim: int = 0) -> Array:
     dt = result_dtype(*tensors)
     return core.stack([_cast(t, dt) for t in tensors], axis=dim % (tensors[0].ndim + 1))
 
 
-def _index(index: Array, n):
+def _index(index: Array, n: int) -> Array:
     """An index array with torch's negative-index meaning."""
     if index.dtype not in _INTS:
         raise NotImplementedError(f"index of dtype {index.dtype}")
@@ -998,7 +996,7 @@ def _index(index: Array, n):
 
 
 @lower(aten.index_select.default)
-def _index_select(a: Array, dim: Dims, index: Array):
+def _index_select(a: Array, dim: int, index: Array) -> Array:
     if index.ndim > 1:
         raise NotImplementedError("index_select with a multi-dimensional index")  # torch raises
     if a.ndim == 0:
@@ -1007,11 +1005,12 @@ def _index_select(a: Array, dim: Dims, index: Array):
 
 
 @lower(aten.embedding.default)
-def _embedding(weight: Array, indices: Array, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
+def _embedding(weight: Array, indices: Array, padding_idx: int = -1, scale_grad_by_freq: bool = False,
+               sparse: bool = False) -> Array:
     return core.take(weight, _index(indices, weight.shape[0]), axis=0)
 
 
-def _fit(a: Array, shape: Sequence[int], skip):
+def _fit(a: Array, shape: Sequence[int], skip: int) -> Array:
     """``a`` cut to ``shape`` in every dim but ``skip`` (torch's gather/scatter read only index's extent)."""
     if tuple(a.shape) == tuple(shape):
         return a
@@ -1019,7 +1018,7 @@ def _fit(a: Array, shape: Sequence[int], skip):
 
 
 @lower(aten.gather.default)
-def _gather(a: Array, dim: Dims, index: Array, sparse_grad: bool = False):
+def _gather(a: Array, dim: int, index: Array, sparse_grad: bool = False) -> Array:
     if index.size == 0:
         return core.zeros(index.shape, dtype=a.dtype)
     if a.ndim == 0 or index.ndim == 0:
@@ -1030,7 +1029,7 @@ def _gather(a: Array, dim: Dims, index: Array, sparse_grad: bool = False):
     return core.take_along_axis(_fit(a, index.shape, dim), _index(index, a.shape[dim]), axis=dim)
 
 
-def _scatter_positions(a: Array, dim: Dims, index: Array):
+def _scatter_positions(a: Array, dim: int, index: Array) -> tuple[Array, ...]:
     grids = []
     for d, n in enumerate(index.shape):
         shape = [1] * index.ndim
@@ -1040,7 +1039,7 @@ def _scatter_positions(a: Array, dim: Dims, index: Array):
     return tuple(grids)
 
 
-def _scatter_0d(fn: Callable[..., Any], a: Array, dim: Dims, index: Array, src: Array):
+def _scatter_0d(fn: Callable[..., Any], a: Array, dim: int, index: Array, src: Array) -> Array:
     """scatter with 0-d operands, as 1-d ones."""
     if max(a.ndim, index.ndim, src.ndim if type(src) is _ARR else 0) > 1:
         raise NotImplementedError("scatter with mixed 0-d operands")
@@ -1049,7 +1048,7 @@ def _scatter_0d(fn: Callable[..., Any], a: Array, dim: Dims, index: Array, src: 
 
 
 @lower(aten.scatter_add.default)
-def _scatter_add(a: Array, dim: Dims, index: Array, src: Array):
+def _scatter_add(a: Array, dim: int, index: Array, src: Array) -> Array:
     if index.size == 0:
         return core.array(a)
     if a.ndim == 0 or index.ndim == 0:
@@ -1059,7 +1058,7 @@ def _scatter_add(a: Array, dim: Dims, index: Array, src: Array):
 
 
 @lower(aten.scatter.value, aten.scatter.src)
-def _scatter(a: Array, dim: Dims, index: Array, value):
+def _scatter(a: Array, dim: int, index: Array, value: ArrayOrScalar) -> Array:
     if a.ndim == 0 or index.ndim == 0:
         return _scatter_0d(_scatter, a, dim, index, value)
     out = core.array(a)
@@ -1071,7 +1070,7 @@ def _scatter(a: Array, dim: Dims, index: Array, value):
     return out
 
 
-def _advanced_index(a: Array, indices: Array):
+def _advanced_index(a: Array, indices: Array) -> Array:
     if len(indices) > a.ndim:
         raise NotImplementedError("too many indices")
     idx: list = []
@@ -1095,22 +1094,22 @@ def _advanced_index(a: Array, indices: Array):
 
 
 @lower(aten._local_scalar_dense.default)
-def _local_scalar_dense(a: Array):
+def _local_scalar_dense(a: Array) -> Scalar:
     return a.item()
 
 
 @lower(prims.copy_strided.default)
-def _copy_strided(a: Array, stride: Ints):
+def _copy_strided(a: Array, stride: Ints) -> Array:
     return core.array(a)
 
 
 @lower(aten.index.Tensor, aten._unsafe_index.Tensor)
-def _index_tensor(a: Array, indices: Array):
+def _index_tensor(a: Array, indices: Array) -> Array:
     return a[_advanced_index(a, indices)]
 
 
 @lower(aten.index_put.default, aten._unsafe_index_put.default)
-def _index_put(a: Array, indices: Array, values: Array, accumulate: bool = False):
+def _index_put(a: Array, indices: Array, values: Array, accumulate: bool = False) -> Array:
     idx = _advanced_index(a, indices)
     values = values.astype(a.dtype) if values.dtype != a.dtype else values
     if accumulate:
@@ -1121,13 +1120,13 @@ def _index_put(a: Array, indices: Array, values: Array, accumulate: bool = False
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
-def _masked_fill(a: Array, mask: Array, value):
+def _masked_fill(a: Array, mask: Array, value: ArrayOrScalar) -> Array:
     value = value.astype(a.dtype) if type(value) is _ARR else core.array(value, dtype=a.dtype)
     return core.where(mask, value, a)
 
 
 @lower(aten._softmax.default)
-def _softmax(a: Array, dim: Dims, half_to_float: bool = False):
+def _softmax(a: Array, dim: int, half_to_float: bool = False) -> Array:
     if half_to_float:
         a = a.astype(core.float32)
     if a.size == 0:
@@ -1138,7 +1137,7 @@ def _softmax(a: Array, dim: Dims, half_to_float: bool = False):
 
 
 @lower(aten._log_softmax.default)
-def _log_softmax(a: Array, dim: Dims, half_to_float: bool = False):
+def _log_softmax(a: Array, dim: int, half_to_float: bool = False) -> Array:
     if half_to_float:
         a = a.astype(core.float32)
     if a.size == 0:
@@ -1160,19 +1159,19 @@ def _log_softmax(a: Array, dim: Dims, half_to_float: bool = False):
 
 
 @lower(aten.native_dropout.default)
-def _native_dropout(a: Array, p, train: bool):
+def _native_dropout(a: Array, p: float, train: bool) -> tuple[Array, Array]:
     if not train or p == 0:
         return core.array(a), core.ones(a.shape, dtype=core.bool_)
     # torch's own CPU kernel on a host tensor of the same shape and dtype draws the mask: the generator
     # advances exactly as natively, so the same seed drops the same elements; applied here in MLX
     _, mask = torch.ops.aten.native_dropout.default(torch.ones(a.shape, dtype=_tdt(a.dtype)), p, train)
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
-    return (a * array_from_torch(mask)) * scale, array_from_torch(mask)
+    return (a * to_mlx(mask)) * scale, to_mlx(mask)
 
 
 # -- convolution and pooling ---------------------------------------------------------
 
-def _conv_core(x: Array, w: Array, stride: Ints, padding: Ints, dilation: Ints, groups: int):
+def _conv_core(x: Array, w: Array, stride: Ints, padding: Ints, dilation: Ints, groups: int) -> Array:
     n = x.ndim - 2
     # torch NC... / OI... -> MLX N...C / O...I
     to_last = [0, *range(2, n + 2), 1]
@@ -1181,7 +1180,7 @@ def _conv_core(x: Array, w: Array, stride: Ints, padding: Ints, dilation: Ints, 
     return out.transpose([0, n + 1, *range(1, n + 1)])
 
 
-def _conv_checks(x: Array, transposed: bool, padding: Ints):
+def _conv_checks(x: Array, transposed: bool, padding: Ints) -> None:
     if transposed:
         raise NotImplementedError("transposed convolution")
     if x.ndim not in (3, 4, 5):
@@ -1192,7 +1191,7 @@ def _conv_checks(x: Array, transposed: bool, padding: Ints):
 
 @lower(aten.convolution.default)
 def _convolution(x: Array, w: Array, bias: Array | None, stride: Ints, padding: Ints, dilation: Ints, transposed: bool,
-                 output_padding: Ints, groups: int):
+                 output_padding: Ints, groups: int) -> Array:
     _conv_checks(x, transposed, padding)
     out = _conv_core(x, w.astype(x.dtype), stride, padding, dilation, groups)
     if bias is not None:
@@ -1203,10 +1202,10 @@ def _convolution(x: Array, w: Array, bias: Array | None, stride: Ints, padding: 
 @lower(aten.convolution_backward.default)
 def _convolution_backward(grad: Array, x: Array, w: Array, bias_sizes: Sequence[int] | None, stride: Ints, padding: Ints,
                           dilation: Ints, transposed: bool, output_padding: Ints, groups: int,
-                          output_mask: Sequence[bool]):
+                          output_mask: Sequence[bool]) -> tuple[Array, Array, Array]:
     _conv_checks(x, transposed, padding)
 
-    def conv(x_: Array, w_: Array):
+    def conv(x_: Array, w_: Array) -> Array:
         return _conv_core(x_, w_, stride, padding, dilation, groups)
 
     _, (gx, gw) = core.vjp(conv, [x, w], [grad])
@@ -1214,7 +1213,7 @@ def _convolution_backward(grad: Array, x: Array, w: Array, bias_sizes: Sequence[
     return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
 
 
-def _pool_windows(x: Array, kernel: Sequence[int], stride: Ints, padding: Ints, pad_value):
+def _pool_windows(x: Array, kernel: Sequence[int], stride: Ints, padding: Ints | None, pad_value: Scalar) -> list[Array]:
     """Every (kernel offset) slice of ``x`` padded: a list of arrays shaped like the output."""
     n = len(kernel)
     if padding and any(padding):
@@ -1224,7 +1223,7 @@ def _pool_windows(x: Array, kernel: Sequence[int], stride: Ints, padding: Ints, 
     out = [(s - k) // st + 1 for s, k, st in zip(spatial, kernel, stride)]
     windows = []
 
-    def rec(prefix):
+    def rec(prefix: tuple[int, ...]) -> None:
         if len(prefix) == n:
             idx = [slice(None)] * (x.ndim - n) + [
                 slice(o, o + st * (m - 1) + 1, st) for o, st, m in zip(prefix, stride, out)]
@@ -1237,14 +1236,14 @@ def _pool_windows(x: Array, kernel: Sequence[int], stride: Ints, padding: Ints, 
     return windows
 
 
-def _pool_args(kernel_size: Ints, stride: Ints, padding: Ints, n=2):
+def _pool_args(kernel_size: Ints, stride: Ints, padding: Ints | int, n: int = 2) -> tuple[list[int], list[int], list[int]]:
     kernel = list(kernel_size) * (n if len(kernel_size) == 1 else 1)
     stride = list(stride) * (n if len(stride) == 1 else 1) if stride else kernel
     padding = list(padding) * (n if len(padding) == 1 else 1) if not isinstance(padding, int) else [padding] * n
     return kernel, stride, padding
 
 
-def _pool_extent(size: int, k, st, p, ceil_mode: bool):
+def _pool_extent(size: int, k: int, st: int, p: int, ceil_mode: bool) -> tuple[int, int]:
     """torch's pooling output length, and the right padding that makes every window fit."""
     span = size + 2 * p - k
     out = (-(-span // st) if ceil_mode else span // st) + 1
@@ -1253,11 +1252,12 @@ def _pool_extent(size: int, k, st, p, ceil_mode: bool):
     return out, max(0, (out - 1) * st + k - (size + 2 * p))
 
 
-def _avg_pool2d_fn(kernel_size: Ints, stride: Ints, padding: Ints, ceil_mode: bool, count_include_pad: bool,
-                   divisor_override: int | None, spatial: Sequence[int]):
+def _avg_pool2d_fn(kernel_size: Ints, stride: Ints, padding: Ints | int, ceil_mode: bool, count_include_pad: bool,
+                   divisor_override: int | None, spatial: Sequence[int]) -> Callable[..., Array]:
     kernel, stride, padding = _pool_args(kernel_size, stride, padding)
     extents = [_pool_extent(s, k, st, p, ceil_mode) for s, k, st, p in zip(spatial, kernel, stride, padding)]
     extra = [e for _, e in extents]
+    divisor: ArrayOrScalar  # an int, or the per-window counts
     if divisor_override:
         divisor = divisor_override
     elif not any(extra) and (count_include_pad or not any(padding)):
@@ -1275,7 +1275,7 @@ def _avg_pool2d_fn(kernel_size: Ints, stride: Ints, padding: Ints, ceil_mode: bo
         for w in windows[1:]:
             divisor = divisor + w
 
-    def pool(x: Array):
+    def pool(x: Array) -> Array:
         xp = core.pad(x, [(0, 0)] * (x.ndim - 2) + [(p, p + e) for p, e in zip(padding, extra)])
         windows = _pool_windows(xp, kernel, stride, None, 0)
         total = windows[0]
@@ -1286,8 +1286,8 @@ def _avg_pool2d_fn(kernel_size: Ints, stride: Ints, padding: Ints, ceil_mode: bo
 
 
 @lower(aten.avg_pool2d.default)
-def _avg_pool2d(x: Array, kernel_size: Ints, stride: Ints = (), padding: Ints = 0, ceil_mode: bool = False,
-                count_include_pad: bool = True, divisor_override: int | None = None):
+def _avg_pool2d(x: Array, kernel_size: Ints, stride: Ints = (), padding: Ints | int = 0, ceil_mode: bool = False,
+                count_include_pad: bool = True, divisor_override: int | None = None) -> Array:
     if x.dtype not in _FLOATS:
         raise NotImplementedError("integer avg_pool2d")
     return _avg_pool2d_fn(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
@@ -1296,7 +1296,7 @@ def _avg_pool2d(x: Array, kernel_size: Ints, stride: Ints = (), padding: Ints = 
 
 @lower(aten.avg_pool2d_backward.default)
 def _avg_pool2d_backward(grad: Array, x: Array, kernel_size: Ints, stride: Ints, padding: Ints, ceil_mode: bool,
-                         count_include_pad: bool, divisor_override: int | None):
+                         count_include_pad: bool, divisor_override: int | None) -> Array:
     pool = _avg_pool2d_fn(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
                           x.shape[-2:])
     _, (gx,) = core.vjp(pool, [x], [grad])
@@ -1305,7 +1305,7 @@ def _avg_pool2d_backward(grad: Array, x: Array, kernel_size: Ints, stride: Ints,
 
 # -- attention ------------------------------------------------------------------------
 
-def _attention_scores(q: Array, k, is_causal: bool, attn_mask: Array, scale):
+def _attention_scores(q: Array, k: Array, is_causal: bool, attn_mask: Array, scale: float | None) -> tuple[Array, float]:
     if q.ndim != k.ndim or q.shape[:-2] != k.shape[:-2]:
         raise NotImplementedError("attention with broadcast or grouped key/value heads")
     if q.dtype not in _FLOATS:
@@ -1321,14 +1321,15 @@ def _attention_scores(q: Array, k, is_causal: bool, attn_mask: Array, scale):
     return s, scale
 
 
-def _attention_probs(s, lse: Array):
+def _attention_probs(s: Array, lse: Array) -> Array:
     # a row with every position masked: probabilities 0 (torch's flash kernel writes 0 there)
     dead = core.isinf(lse) & (lse < 0)
     return core.where(dead, core.array(0, dtype=s.dtype), core.exp(s - core.where(dead, 0, lse)))
 
 
 @lower(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def _sdpa_flash(q: Array, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Array = None, scale=None):
+def _sdpa_flash(q: Array, k: Array, v: Array, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Array = None,
+                scale: float | None=None) -> tuple[Array, Array]:
     if dropout_p > 0:
         raise NotImplementedError("attention dropout (drawn by torch's generator on the host)")
     s, _ = _attention_scores(q, k, is_causal, attn_mask, scale)
@@ -1339,13 +1340,14 @@ def _sdpa_flash(q: Array, k, v, dropout_p: float = 0.0, is_causal: bool = False,
     return core.matmul(p, v), core.squeeze(lse, -1)
 
 
-def _attention_accumulator(q):
+def _attention_accumulator(q: Array) -> Array:
     return core.float64 if q.dtype == core.float64 else core.float32
 
 
 @lower(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def _sdpa_flash_backward(grad_out: Array, q: Array, k, v, out: Array, logsumexp: Array, dropout_p: float, is_causal: bool, *,
-                         attn_mask: Array = None, scale=None):
+def _sdpa_flash_backward(grad_out: Array, q: Array, k: Array, v: Array, out: Array, logsumexp: Array, dropout_p: float,
+                         is_causal: bool, *,
+                         attn_mask: Array = None, scale: float | None=None) -> tuple[Array, Array, Array]:
     if dropout_p > 0:
         raise NotImplementedError("attention dropout (drawn by torch's generator on the host)")
     s, scale = _attention_scores(q, k, is_causal, attn_mask, scale)
@@ -1361,7 +1363,7 @@ def _sdpa_flash_backward(grad_out: Array, q: Array, k, v, out: Array, logsumexp:
 
 
 @lower(aten.constant_pad_nd.default)
-def _constant_pad_nd(a: Array, pad, value=0):
+def _constant_pad_nd(a: Array, pad: Sequence[int], value: Scalar=0) -> Array:
     if len(pad) % 2 or len(pad) // 2 > a.ndim or any(p < 0 for p in pad):
         raise NotImplementedError("negative (cropping) or malformed padding")
     widths = [(0, 0)] * a.ndim
@@ -1372,14 +1374,14 @@ def _constant_pad_nd(a: Array, pad, value=0):
     return core.pad(a, widths, constant_values=core.array(value, dtype=a.dtype))
 
 
-def _adaptive_fn(x: Array, output_size: Sequence[int]):
+def _adaptive_fn(x: Array, output_size: Sequence[int]) -> Callable[..., Array]:
     n = len(output_size)
     spatial = x.shape[-n:]
     if any(o == 0 or s % o for s, o in zip(spatial, output_size)):
         raise NotImplementedError("adaptive pooling with windows of unequal sizes")
     kernel = [s // o for s, o in zip(spatial, output_size)]
 
-    def pool(x_: Array):
+    def pool(x_: Array) -> Array:
         windows = _pool_windows(x_, kernel, kernel, None, 0)
         total = windows[0]
         for w in windows[1:]:
@@ -1389,14 +1391,14 @@ def _adaptive_fn(x: Array, output_size: Sequence[int]):
 
 
 @lower(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(x: Array, output_size: Sequence[int]):
+def _adaptive_avg_pool2d(x: Array, output_size: Sequence[int]) -> Array:
     if x.dtype not in _FLOATS:
         raise NotImplementedError("integer adaptive_avg_pool2d")
     return _adaptive_fn(x, list(output_size))(x)
 
 
 @lower(aten._adaptive_avg_pool2d_backward.default)
-def _adaptive_avg_pool2d_backward(grad: Array, x: Array):
+def _adaptive_avg_pool2d_backward(grad: Array, x: Array) -> Array:
     pool = _adaptive_fn(x, list(grad.shape[-2:]))
     _, (gx,) = core.vjp(pool, [x], [grad])
     return gx
@@ -1404,12 +1406,13 @@ def _adaptive_avg_pool2d_backward(grad: Array, x: Array):
 
 # -- normalization, losses and the backward kernels of training ---------------------------
 
-def _norm_axes(x: Array, k):
+def _norm_axes(x: Array, k: int) -> Array:
     return list(range(x.ndim - k, x.ndim))
 
 
 @lower(aten.native_layer_norm.default)
-def _native_layer_norm(x: Array, normalized_shape: Sequence[int], weight: Array | None, bias: Array | None, eps: float):
+def _native_layer_norm(x: Array, normalized_shape: Sequence[int], weight: Array | None, bias: Array | None,
+                       eps: float) -> tuple[Array, Array, Array]:
     if x.dtype not in _FLOATS:
         raise NotImplementedError("layer_norm of an integer tensor")
     axes = _norm_axes(x, len(normalized_shape))
@@ -1429,7 +1432,8 @@ def _native_layer_norm(x: Array, normalized_shape: Sequence[int], weight: Array 
 
 @lower(aten.native_layer_norm_backward.default)
 def _native_layer_norm_backward(grad: Array, x: Array, normalized_shape: Sequence[int], mean: Array, rstd: Array,
-                                weight: Array | None, bias: Array | None, output_mask: Sequence[bool]):
+                                weight: Array | None, bias: Array | None,
+                                output_mask: Sequence[bool]) -> tuple[Array, Array, Array]:
     if x.dtype not in _FLOATS:
         raise NotImplementedError("layer_norm of an integer tensor")
     acc = core.float32 if x.dtype != core.float64 else x.dtype
@@ -1449,11 +1453,11 @@ def _native_layer_norm_backward(grad: Array, x: Array, normalized_shape: Sequenc
     return grad_input, grad_weight, grad_bias
 
 
-def _channel(v, ndim: int):
+def _channel(v: Array, ndim: int) -> Array:
     return v.reshape([1, -1] + [1] * (ndim - 2))
 
 
-def _bn_checks(x: Array, *params: Any):
+def _bn_checks(x: Array, *params: Any) -> None:
     if x.dtype not in _FLOATS or x.ndim < 2:
         raise NotImplementedError("batch_norm of this dtype or rank")
     # parameters of the input's dtype, or float32 ones with a half input (autocast: torch's "mixed type" kernel)
@@ -1471,11 +1475,12 @@ def _bn_dtypes(xa: Array, params: Sequence[Array | None]) -> tuple:
     return compute, stats
 
 
-def _as(a: Array | None, dtype: Any) -> Array | None:
+def _as(a: Array, dtype: DType) -> Array:  # None (an absent optional tensor) passes through
     return a if a is None or a.dtype == dtype else a.astype(dtype)
 
 
-def _batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, training: bool, momentum: float, eps: float):
+def batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, training: bool, momentum: float,
+                      eps: float) -> tuple[Array, Array, Array, Array, Array]:
     """(out, save_mean, save_invstd, new running mean, new running var) of batch norm on arrays, computed and
     rounded in torch's dtypes (:func:`_bn_dtypes`)."""
     _bn_checks(xa, wa, ba, rm, rv)
@@ -1506,41 +1511,20 @@ def _batch_norm_arrays(xa: Array, wa: Array, ba: Array, rm: Array, rv: Array, tr
 
 @lower(aten._native_batch_norm_legit_functional.default)
 def _bn_functional(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None, running_var: Array | None,
-                   training: bool, momentum: float, eps: float):
-    return _batch_norm_arrays(x, weight, bias, running_mean, running_var, training, momentum, eps)
+                   training: bool, momentum: float, eps: float) -> Array:
+    return batch_norm_arrays(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
 @lower(aten._native_batch_norm_legit_no_training.default)
 def _bn_no_training(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None, running_var: Array | None,
-                    momentum: float, eps: float):
-    return _batch_norm_arrays(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
-
-
-def native_batch_norm_tensors(x: Array, weight: Array | None, bias: Array | None, running_mean: Array | None,
-                              running_var: Array | None, training: bool, momentum: float, eps: float):
-    """``native_batch_norm`` on MLX tensors: it updates the running statistics in place (its schema does not
-    say so), so it is lowered on the tensors, not on their arrays."""
-    if training and any(t is not None and not isinstance(t, MLXTensor) for t in (running_mean, running_var)):
-        raise NotImplementedError("running statistics held outside MLX")  # the decomposition updates them
-    xa, wa, ba = _unwrap(x), _unwrap(weight), _unwrap(bias)
-    rm, rv = _unwrap(running_mean), _unwrap(running_var)
-    out, save_mean, save_invstd, new_rm, new_rv = _batch_norm_arrays(xa, wa, ba, rm, rv, training, momentum, eps)
-    if training and running_mean is not None:
-        write(running_mean, new_rm)
-        write(running_var, new_rv)
-    return _new_base(out), _new_base(save_mean), _new_base(save_invstd)
-
-
-#: lowerings taking MLX tensors themselves (they make tensors with a layout, or write to arguments)
-TENSOR_LOWERINGS = {aten.native_batch_norm.default: native_batch_norm_tensors,
-                    # memory_format (channels_last, or a preserved dense layout) honoured: torchdevice_mlx.layout
-                    aten.clone.default: like_layout(_clone), aten._to_copy.default: like_layout(_to_copy)}
+                    momentum: float, eps: float) -> Array:
+    return batch_norm_arrays(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 
 @lower(aten.native_batch_norm_backward.default)
 def _native_batch_norm_backward(grad: Array, x: Array, weight: Array | None, running_mean: Array | None,
                                 running_var: Array | None, save_mean: Array, save_invstd: Array, train: bool, eps: float,
-                                output_mask: Sequence[bool]):
+                                output_mask: Sequence[bool]) -> tuple[Array, Array, Array]:
     _bn_checks(x, weight, running_mean, running_var)
     compute, stats = _bn_dtypes(x, (weight, running_mean))
     axes = [0, *range(2, x.ndim)]
@@ -1567,19 +1551,19 @@ def _native_batch_norm_backward(grad: Array, x: Array, weight: Array | None, run
 
 
 @lower(aten._softmax_backward_data.default)
-def _softmax_backward_data(grad: Array, output: Array, dim: Dims, input_dtype: torch.dtype):
+def _softmax_backward_data(grad: Array, output: Array, dim: int, input_dtype: torch.dtype) -> Array:
     out = output * (grad - core.sum(grad * output, axis=dim, keepdims=True))
     return out.astype(_dt(input_dtype))
 
 
 @lower(aten._log_softmax_backward_data.default)
-def _log_softmax_backward_data(grad: Array, output: Array, dim: Dims, input_dtype: torch.dtype):
+def _log_softmax_backward_data(grad: Array, output: Array, dim: int, input_dtype: torch.dtype) -> Array:
     out = grad - core.exp(output) * core.sum(grad, axis=dim, keepdims=True)
     return out.astype(_dt(input_dtype))
 
 
 @lower(aten.gelu_backward.default)
-def _gelu_backward(grad: Array, x: Array, approximate: str = "none"):
+def _gelu_backward(grad: Array, x: Array, approximate: str = "none") -> Array:
     if x.dtype not in _FLOATS:
         raise NotImplementedError("gelu backward of an integer tensor")
     if approximate == "tanh":
@@ -1592,11 +1576,11 @@ def _gelu_backward(grad: Array, x: Array, approximate: str = "none"):
 
 
 @lower(aten.threshold_backward.default)
-def _threshold_backward(grad: Array, x: Array, threshold):
+def _threshold_backward(grad: Array, x: Array, threshold: Scalar) -> Array:
     return core.where(x <= threshold, core.array(0, dtype=grad.dtype), grad)
 
 
-def _nll_parts(x: Array, target: Array, weight: Array | None, ignore_index: int):
+def _nll_parts(x: Array, target: Array, weight: Array | None, ignore_index: int) -> tuple[Array, Array, Array]:
     if x.ndim not in (1, 2) or x.dtype not in _FLOATS:
         raise NotImplementedError("nll_loss of this rank")
     x2 = x.reshape(1, -1) if x.ndim == 1 else x
@@ -1609,7 +1593,7 @@ def _nll_parts(x: Array, target: Array, weight: Array | None, ignore_index: int)
 
 
 @lower(aten.nll_loss_forward.default)
-def _nll_loss_forward(x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int):
+def _nll_loss_forward(x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int) -> tuple[Array, Array]:
     x2, safe, w = _nll_parts(x, target, weight, ignore_index)
     picked = -core.take_along_axis(x2, safe.reshape(-1, 1), axis=1).reshape(-1) * w
     total = core.sum(w)
@@ -1622,7 +1606,7 @@ def _nll_loss_forward(x: Array, target: Array, weight: Array | None, reduction: 
 
 @lower(aten.nll_loss_backward.default)
 def _nll_loss_backward(grad: Array, x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int,
-                       total_weight: Array):
+                       total_weight: Array) -> Array:
     x2, safe, w = _nll_parts(x, target, weight, ignore_index)
     g = grad.reshape(-1) if reduction == 0 else core.broadcast_to(grad.reshape(1), w.shape)
     if reduction == 1:
@@ -1633,7 +1617,7 @@ def _nll_loss_backward(grad: Array, x: Array, target: Array, weight: Array | Non
 
 
 @lower(aten.embedding_dense_backward.default)
-def _embedding_dense_backward(grad: Array, indices: Array, num_weights, padding_idx: int, scale_grad_by_freq: bool):
+def _embedding_dense_backward(grad: Array, indices: Array, num_weights: int, padding_idx: int, scale_grad_by_freq: bool) -> Array:
     if scale_grad_by_freq:
         raise NotImplementedError("embedding backward scaled by frequency")
     d = grad.shape[-1]
@@ -1646,7 +1630,7 @@ def _embedding_dense_backward(grad: Array, indices: Array, num_weights, padding_
 
 # -- factories (they reach MLX inside captured graphs: torch.compile(backend="mlx")) --------------------
 
-def _factory_dtype(dtype: torch.dtype | None, *values: Any):
+def _factory_dtype(dtype: torch.dtype | None, *values: Any) -> DType:
     if dtype is not None:
         return _dt(dtype)
     if all(isinstance(v, (bool, int)) for v in values):
@@ -1656,7 +1640,7 @@ def _factory_dtype(dtype: torch.dtype | None, *values: Any):
 
 @lower(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _arange(*args: Any, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
-            device: torch.device | str | None = None, pin_memory: bool | None = None):
+            device: torch.device | str | None = None, pin_memory: bool | None = None) -> Array:
     start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
     dt = _factory_dtype(dtype, start, end, step)
     if dt in _FLOATS:
@@ -1666,45 +1650,46 @@ def _arange(*args: Any, dtype: torch.dtype | None = None, layout: torch.layout |
 
 
 @lower(aten.full.default)
-def _full(size: Sequence[int], fill_value, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
-          device: torch.device | str | None = None, pin_memory: bool | None = None):
+def _full(size: Sequence[int], fill_value: Scalar, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+          device: torch.device | str | None = None, pin_memory: bool | None = None) -> Array:
     return core.full(tuple(size), fill_value, dtype=_factory_dtype(dtype, fill_value))
 
 
 @lower(aten.zeros.default, aten.empty.memory_format)
 def _zeros(size: Sequence[int], *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
            device: torch.device | str | None = None, pin_memory: bool | None = None,
-           memory_format: torch.memory_format | None = None):
+           memory_format: torch.memory_format | None = None) -> Array:
     return core.zeros(tuple(size), dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(aten.ones.default)
 def _ones(size: Sequence[int], *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
-          device: torch.device | str | None = None, pin_memory: bool | None = None):
+          device: torch.device | str | None = None, pin_memory: bool | None = None) -> Array:
     return core.ones(tuple(size), dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(aten.empty_strided.default)
 def _empty_strided(size: Sequence[int], stride: Ints, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
-                   device: torch.device | str | None = None, pin_memory: bool | None = None):
+                   device: torch.device | str | None = None, pin_memory: bool | None = None) -> Array:
     return core.zeros(tuple(size), dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(aten.scalar_tensor.default)
-def _scalar_tensor(value, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
-                   device: torch.device | str | None = None, pin_memory: bool | None = None):
+def _scalar_tensor(value: Scalar, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+                   device: torch.device | str | None = None, pin_memory: bool | None = None) -> Array:
     return core.array(value, dtype=_factory_dtype(dtype, 0.0))
 
 
 @lower(prims.iota.default)
-def _iota(length, *, start, step, dtype: torch.dtype | None, device: torch.device | str | None, requires_grad):
+def _iota(length: int, *, start: int, step: int, dtype: torch.dtype, device: torch.device | str | None,
+          requires_grad: bool) -> Array:
     return core.arange(start, start + length * step, step, dtype=_dt(dtype)) if length else core.zeros((0,), _dt(dtype))
 
 
 # -- multi-output views (in captured graphs; eager dispatch makes them aliasing views itself) ----------
 
 @lower(aten.split_with_sizes.default)
-def _split_with_sizes(a: Array, split_sizes, dim: Dims = 0):
+def _split_with_sizes(a: Array, split_sizes: Sequence[int], dim: int = 0) -> Array:
     dim %= a.ndim
     out, start = [], 0
     for n in split_sizes:
@@ -1714,23 +1699,24 @@ def _split_with_sizes(a: Array, split_sizes, dim: Dims = 0):
 
 
 @lower(aten.split.Tensor)
-def _split(a: Array, split_size, dim: Dims = 0):
+def _split(a: Array, split_size: int, dim: int = 0) -> Array:
     n = a.shape[dim % a.ndim]
     return _split_with_sizes(a, [min(split_size, n - s) for s in range(0, n, split_size)] or [0], dim)
 
 
 @lower(aten.unbind.int)
-def _unbind(a: Array, dim: Dims = 0):
+def _unbind(a: Array, dim: int = 0) -> list[Array]:
     dim %= a.ndim
     return [_select(a, dim, i) for i in range(a.shape[dim])]
 
 
 @lower(aten.diagonal.default)
-def _diagonal(a: Array, offset=0, dim1=0, dim2=1):
+def _diagonal(a: Array, offset: int=0, dim1: int=0, dim2: int=1) -> Array:
     return core.diagonal(a, offset, dim1 % a.ndim, dim2 % a.ndim)
 
 
-def _max_pool2d_parts(x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool):
+def _max_pool2d_parts(x: Array, kernel_size: Ints, stride: Ints, padding: Ints | int, dilation: Ints,
+                      ceil_mode: bool) -> tuple[Array, Array]:
     kernel, stride, padding = _pool_args(kernel_size, stride, padding)
     if any(d != 1 for d in (list(dilation) or [1])):
         raise NotImplementedError("dilated max pooling")
@@ -1750,8 +1736,8 @@ def _max_pool2d_parts(x: Array, kernel_size: Ints, stride: Ints, padding: Ints, 
 
 
 @lower(aten.max_pool2d_with_indices.default)
-def _max_pool2d_with_indices(x: Array, kernel_size: Ints, stride: Ints = (), padding: Ints = 0, dilation: Ints = 1,
-                             ceil_mode: bool = False):
+def _max_pool2d_with_indices(x: Array, kernel_size: Ints, stride: Ints = (), padding: Ints | int = 0, dilation: Ints = (1,),
+                             ceil_mode: bool = False) -> tuple[Array, Array]:
     windows, positions = _max_pool2d_parts(x, kernel_size, stride, padding, [dilation] if isinstance(dilation, int)
                                            else dilation, ceil_mode)
     # the first maximum of each window (NaN counts as the maximum, as in torch)
@@ -1766,7 +1752,7 @@ def _max_pool2d_with_indices(x: Array, kernel_size: Ints, stride: Ints = (), pad
 
 @lower(aten.max_pool2d_with_indices_backward.default)
 def _max_pool2d_with_indices_backward(grad: Array, x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints,
-                                      ceil_mode: bool, indices: Array):
+                                      ceil_mode: bool, indices: Array) -> Array:
     lead = x.shape[:-2]
     plane = x.shape[-2] * x.shape[-1]
     rows = math.prod(lead)
@@ -1780,3 +1766,13 @@ def _max_pool2d_with_indices_backward(grad: Array, x: Array, kernel_size: Ints, 
 from .opmath import apply as _apply_opmath  # noqa: E402 -- wraps the table built above
 
 _apply_opmath(LOWERINGS)
+
+
+def run_on_arrays(op: OpOverload, args: tuple, kwargs: dict) -> Array:
+    """View op ``op`` on MLX arrays (``args[0]`` one): its lowering, else (a view op that reinterprets data:
+    ``view(dtype)``, ``view_as_real`` ...) torch on the host, counted."""
+    lowering = LOWERINGS.get(op)
+    if lowering is not None:
+        return lowering(*args, **kwargs)
+    note_fallback(str(op))
+    return to_mlx(op(from_mlx(args[0], copy=True), *args[1:], **kwargs).contiguous())

@@ -13,16 +13,22 @@ Regenerate the table (needs ``pip install expecttest``), then the matrix that in
 """
 from __future__ import annotations
 
+import operator
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import reduce
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .conversion import fallback_counts
 from .lowerings import LOWERINGS
-from .mlxtensor import MLXTensor
+from .tensor import MLXTensor
+
+if TYPE_CHECKING:
+    from torch.testing._internal.opinfo.core import OpInfo
 
 EXTRA = ("nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d", "nn.functional.embedding",
          "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.layer_norm",
@@ -61,7 +67,7 @@ def lowered_names() -> set[str]:
     return {op.overloadpacket.__name__ for op in LOWERINGS if hasattr(op, "overloadpacket")}
 
 
-def selected_opinfos(names: list[str] | None = None):
+def selected_opinfos(names: list[str] | None = None) -> list[OpInfo]:
     frozen = torch.backends.flags_frozen()
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -75,7 +81,7 @@ def selected_opinfos(names: list[str] | None = None):
     return [op for op in op_db if op.name in wanted and row_name(op) not in UNCOMPARABLE_VARIANTS]
 
 
-def row_name(opinfo) -> str:
+def row_name(opinfo: OpInfo) -> str:
     return opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
 
 
@@ -87,7 +93,7 @@ def _host(x: Any) -> Any:
     return x.torch_cpu() if isinstance(x, MLXTensor) else x
 
 
-def _grads(opinfo, sample, convert):
+def _grads(opinfo: OpInfo, sample: Any, convert: Callable[[Any], Any]) -> tuple[Any, tuple[torch.Tensor, ...] | None]:
     inp = tree_map(convert, sample.input)
     args = tree_map(convert, sample.args)
     kwargs = tree_map(convert, sample.kwargs)
@@ -97,12 +103,12 @@ def _grads(opinfo, sample, convert):
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
     if not outs or not leaves:
         return out, None
-    total = sum(o.float().sum() for o in outs)
+    total = reduce(operator.add, (o.float().sum() for o in outs))
     grads = torch.autograd.grad(total, leaves, allow_unused=True)
     return out, grads
 
 
-def check(opinfo) -> Row:
+def check(opinfo: OpInfo) -> Row:
     before = fallback_counts()
     fwd, bwd, n = "pass", ("pass" if opinfo.supports_autograd else "n/a"), 0
     try:
@@ -135,7 +141,7 @@ def check(opinfo) -> Row:
     return Row(row_name(opinfo), _how(opinfo), n, fwd, bwd, ", ".join(fell))
 
 
-def check_float64(opinfo) -> str:
+def check_float64(opinfo: OpInfo) -> str:
     """``"pass"`` when every float64 sample's output on MLX-backed inputs equals torch's within float64
     precision (``rtol=1e-10, atol=1e-12``), a ``"FAIL: ..."`` line otherwise, ``"n/a"`` without float64
     samples. MLX computes some float64 kernels at float32 precision; those must run on the host."""
@@ -159,7 +165,7 @@ def check_float64(opinfo) -> str:
     return "pass"
 
 
-def _how(opinfo) -> str:
+def _how(opinfo: OpInfo) -> str:
     name = (getattr(opinfo, "aten_name", None) or opinfo.name).split(".")[-1]
     return "lowered" if name in lowered_names() else "composite"
 

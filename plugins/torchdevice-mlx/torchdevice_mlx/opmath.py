@@ -20,7 +20,7 @@ from typing import Any
 import mlx.core as core
 import torch
 
-from ._mlx import Array
+from .runtime import Array
 
 _HALF = (core.float16, core.bfloat16)
 _FLOATS = (core.float16, core.bfloat16, core.float32, core.float64)
@@ -56,11 +56,11 @@ def _half_of(values: Array) -> object | None:
     return half
 
 
-def _up(v, half):
+def _up(v: Any, half: Any) -> Any:  # v: an argument (an array or not); half: an MLX dtype
     return v.astype(core.float32) if type(v) is core.array and v.dtype == half else v
 
 
-def _down(v, half):
+def _down(v: Any, half: Any) -> Any:
     if type(v) is core.array:
         return v.astype(half) if v.dtype == core.float32 else v
     if isinstance(v, (tuple, list)):
@@ -73,7 +73,7 @@ _HALF_TO_FLOAT = ("_softmax", "_log_softmax")
 
 
 def opmath(fn: Callable, *, half_to_float: bool = False) -> Callable:
-    def lowering(*args: Any, **kwargs: Any):
+    def lowering(*args: Any, **kwargs: Any) -> Any:
         half = _half_of(args) if not kwargs else _half_of((*args, *kwargs.values()))
         if half is None or (half_to_float and (kwargs.get("half_to_float") or (len(args) > 2 and args[2]))):
             return fn(*args, **kwargs)

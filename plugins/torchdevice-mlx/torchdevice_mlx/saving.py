@@ -1,6 +1,6 @@
 """Saving MLX tensors with libraries that read torch's storage: safetensors, and ``save_pretrained`` on it.
 
-An :class:`~torchdevice_mlx.mlxtensor.MLXTensor` has no host storage (its data is an ``mx.array``):
+An :class:`~torchdevice_mlx.tensor.MLXTensor` has no host storage (its data is an ``mx.array``):
 ``tensor.untyped_storage().data_ptr()`` raises "Attempted to access the data pointer on an invalid
 python storage" and ``tensor.data_ptr()`` is 0. safetensors reads both -- to find tensors sharing
 storage (tied weights) and to copy the bytes out -- so ``safetensors.torch.save_file``/``save``/
@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from .mlxtensor import MLXTensor
+from .tensor import MLXTensor
 
 #: safetensors' torch module, the first the integration adapts (all are in :data:`ADAPTED`)
 MODULE = "safetensors.torch"
@@ -56,10 +56,10 @@ def host_alias(tensor: MLXTensor, bases: dict[int, torch.Tensor]) -> torch.Tenso
     base): same size, stride and storage offset as ``tensor``, so aliasing is what torch's would be."""
     base = _base(tensor)
     if tensor.dtype != base.dtype:  # a dtype view (view(torch.int32) ...): its own copy, not an alias
-        return tensor.detach().torch_cpu()
+        return cast(MLXTensor, tensor.detach()).torch_cpu()
     host = bases.get(id(base))
     if host is None:
-        host = bases[id(base)] = base.detach().torch_cpu()
+        host = bases[id(base)] = cast(MLXTensor, base.detach()).torch_cpu()
     if tensor is base:
         return host
     return host.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())

@@ -3,7 +3,7 @@
 With the mlx backend active and translation on, a factory or ``Tensor.new_*`` given a source
 device (``torch.zeros(..., device="cuda")``, ``device=0``), ``Tensor.to("cuda")`` / ``.to(0)``,
 ``.cuda()`` and ``Module.to("cuda")``/``.cuda()`` return
-:class:`~torchdevice_mlx.mlxtensor.MLXTensor`. A *source* device is a string or
+:class:`~torchdevice_mlx.tensor.MLXTensor`. A *source* device is a string or
 ``torch.device`` naming a translated type, a bare ordinal (the accelerator's, as
 ``torch.device(0)`` is ``cuda:0``), or the device object translation
 returned for one (:data:`torchdevice.devices.host_target`: identity tells it
@@ -26,15 +26,18 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.utils._device
 from torch._ops import OpOverload
 
-from .conversion import array_from_torch
+from .bridge import to_mlx
 from .layout import from_host
-from .mlxtensor import MLXTensor
+from .tensor import MLXTensor
+
+#: a tensor class (Module.to's moves keep a Parameter a Parameter)
+_T = TypeVar("_T", bound=torch.Tensor)
 
 _sources: frozenset = frozenset()
 
@@ -89,7 +92,7 @@ def _placed(out: Any, api: str) -> Any:
     if not _holdable(out):
         _left_on_host(api, out)
         return out
-    wrapped = MLXTensor(array_from_torch(out))
+    wrapped = MLXTensor(to_mlx(out))
     return wrapped.requires_grad_() if out.requires_grad else wrapped
 
 
@@ -115,7 +118,7 @@ def is_source(dev: object) -> bool:
 class ToMLX(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return MLXTensor(array_from_torch(x))
+        return MLXTensor(to_mlx(x))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
@@ -124,7 +127,7 @@ class ToMLX(torch.autograd.Function):
 
 class FromMLX(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, x: MLXTensor) -> torch.Tensor:
         return x.torch_cpu()
 
     @staticmethod
@@ -146,19 +149,19 @@ def to_mlx_tensor(t: torch.Tensor, api: str = "Tensor.to(device)") -> torch.Tens
     return ToMLX.apply(t)
 
 
-def _factory(fn: Callable[..., Any], api: str):
+def _factory(fn: Callable[..., Any], api: str) -> Callable[..., Any]:
     @functools.wraps(fn)
-    def factory(*args: Any, **kwargs: Any):
+    def factory(*args: Any, **kwargs: Any) -> Any:
         out = fn(*args, **kwargs)
         return _placed(out, api) if is_source(kwargs.get("device")) else out
     return factory
 
 
-def _device_context(inner: Callable[..., Any]):
+def _device_context(inner: Callable[..., Any]) -> Callable[..., Any]:
     """``DeviceContext.__torch_function__`` (``torch.set_default_device("cuda")``, ``with torch.device("cuda")``):
     a factory given no device under a translated default device gives an MLXTensor."""
     @functools.wraps(inner)
-    def __torch_function__(self, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None):
+    def __torch_function__(self: Any, func: OpOverload, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
         from torchdevice import devices
 
         injected = not (kwargs or {}).get("device") and self.device is devices.host_target
@@ -169,16 +172,16 @@ def _device_context(inner: Callable[..., Any]):
     return __torch_function__
 
 
-def _tensor_to(inner: Callable[..., Any]):
+def _tensor_to(inner: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(inner)
-    def to(self, *args: Any, **kwargs: Any):
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = inner(self, *args, **kwargs)
         dev = kwargs.get("device", args[0] if args else None)
         return to_mlx_tensor(out, "Tensor.to(device)") if is_source(dev) else out
     return to
 
 
-def _mlx_to(self, *args: Any, **kwargs: Any):
+def _mlx_to(self: MLXTensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``MLXTensor.to``: a dtype change stays in MLX; an explicit host device leaves it."""
     dev = kwargs.get("device", args[0] if args and not isinstance(args[0], (torch.dtype, torch.Tensor)) else None)
     copy = kwargs.pop("copy", False)
@@ -188,7 +191,7 @@ def _mlx_to(self, *args: Any, **kwargs: Any):
         copy = copy or bool(flags[1:2] and flags[1])
         args = args[:len(args) - len(flags)] + tuple(flags[:1])
     device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
-    out = self
+    out: torch.Tensor = self
     if dtype is not None and dtype != self.dtype:
         out = torch.Tensor.to(out, dtype)  # the real method: an aten._to_copy on MLX (its layout kept)
     elif copy:
@@ -201,7 +204,7 @@ def _mlx_to(self, *args: Any, **kwargs: Any):
     return out
 
 
-def _mlx_cpu(self, memory_format: torch.memory_format | None = torch.preserve_format):
+def _mlx_cpu(self: MLXTensor, memory_format: torch.memory_format | None = torch.preserve_format) -> torch.Tensor:
     return FromMLX.apply(self)
 
 
@@ -209,8 +212,8 @@ def _tensor_move(source: str) -> Callable[..., torch.Tensor]:
     """``Tensor.cuda`` (``Tensor.<source>``) while translating to mlx."""
     api = f"Tensor.{source}()"
 
-    def move(self, device: torch.device | str | None = None, non_blocking: bool = False,
-             memory_format: torch.memory_format | None = torch.preserve_format):
+    def move(self: torch.Tensor, device: torch.device | str | None = None, non_blocking: bool = False,
+             memory_format: torch.memory_format | None = torch.preserve_format) -> torch.Tensor:
         return to_mlx_tensor(self, api)
     move.__name__ = move.__qualname__ = source
     return move
@@ -222,9 +225,9 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
     Done by hand rather than through ``Module._apply``: that assigns ``param.data`` when it
     cannot tell the new type is incompatible, leaving a Parameter with no real storage.
     """
-    moved: dict[int, torch.Tensor] = {}  # id(old) -> new: a tensor shared by two modules (tied weights) stays shared
+    moved: dict[int, Any] = {}  # id(old) -> new: a tensor shared by two modules (tied weights) stays shared
 
-    def move(old, make):
+    def move(old: _T, make: Callable[[_T], _T]) -> _T:
         new = moved.get(id(old))
         if new is None:
             if not _holdable(old):  # a sparse buffer ...: stays on the host, as a factory's placement does
@@ -234,7 +237,7 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
                 new = moved[id(old)] = make(old)
         return new
 
-    def new_param(param):
+    def new_param(param: torch.nn.Parameter) -> torch.nn.Parameter:
         out = torch.nn.Parameter(from_host(param.detach()), requires_grad=param.requires_grad)
         out.__dict__.update(param.__dict__)  # attributes programs set on parameters (sharding, no-decay marks ...)
         return out
@@ -249,14 +252,14 @@ def module_to_mlx(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def _module_move(self, device: torch.device | str | None = None):
+def _module_move(self: torch.nn.Module, device: torch.device | str | None = None) -> torch.nn.Module:
     return module_to_mlx(self)
 
 
-def _module_to(inner: Callable[..., Any]):
+def _module_to(inner: Callable[..., Any]) -> Callable[..., Any]:
     # torch's Module.to re-parses its device (a new object), so the source is recognised here
     @functools.wraps(inner)
-    def to(self, *args: Any, **kwargs: Any):
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = inner(self, *args, **kwargs)
         dev = kwargs.get("device", args[0] if args else None)
         return module_to_mlx(out) if is_source(dev) else out
@@ -268,9 +271,9 @@ def _module_to(inner: Callable[..., Any]):
 MLX_COMPILE_BACKENDS = ("mlx", "inductor")
 
 
-def _compile(inner: Callable[..., Any]):
+def _compile(inner: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(inner)
-    def compile(model: torch.nn.Module | None = None, **kwargs: Any):
+    def compile(model: Any = None, **kwargs: Any) -> Any:  # model: a module or a function, or None
         if model is None:  # @torch.compile(backend=...) as a decorator factory
             return lambda fn: compile(fn, **kwargs)
         backend = kwargs.get("backend", "inductor")
@@ -312,6 +315,7 @@ def install(patcher: Any, target: Any) -> None:
             patcher.set(torch.nn.Module, source, _module_move)
 
 
-# An MLXTensor leaves MLX on an explicit host device whether or not translation is on.
-MLXTensor.to = _mlx_to
-MLXTensor.cpu = _mlx_cpu
+# An MLXTensor leaves MLX on an explicit host device whether or not translation is on (methods set at run time:
+# they are this module's, above the class's).
+for _name, _method in (("to", _mlx_to), ("cpu", _mlx_cpu)):
+    setattr(MLXTensor, _name, _method)

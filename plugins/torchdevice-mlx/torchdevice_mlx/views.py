@@ -1,10 +1,11 @@
-"""View geometry, reading views and writing tensors, for :class:`~torchdevice_mlx.mlxtensor.MLXTensor`.
+"""Views of :class:`~torchdevice_mlx.tensor.MLXTensor`: which ops are views, their geometry, making them,
+and writing tensors (through to a view's base).
 
-Owns: torch's size/stride/storage offset of a view (:func:`_view_geometry`, worked out here for the
-common view ops, else :func:`_meta_geometry` on the meta device), a view's data recomputed from its base
-(:func:`_view_array`), in-place writes through to a view's base (:func:`write`), which ops are views,
-and the lowering tables bound on the first dispatch (:func:`_init_views`). Nothing here makes an
-MLXTensor (making views is :mod:`torchdevice_mlx.dispatch`'s), so the class can import this module.
+Owns: torch's size/stride/storage offset of a view (:func:`view_geometry`, worked out here for the
+common view ops, else :func:`meta_geometry` on the meta device), which ops are views (:data:`GEOMETRY`,
+:data:`STRIDED`, :data:`MULTI_VIEWS`, :func:`aliases_its_input`), making views (:func:`make_view`,
+:func:`multi_view`) and in-place writes through to a view's base (:func:`write`). Reading a view's data
+from its base is :func:`torchdevice_mlx.tensor.view_array`.
 
 Aliasing and strides (MLX arrays are immutable)
   A *base* tensor owns its array and a version number; it is contiguous
@@ -22,37 +23,21 @@ Aliasing and strides (MLX arrays are immutable)
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch._ops import OpOverload
 
-from ._mlx import mx
-from .conversion import _MX_ARRAY, _note_fallback, _track, array_from_torch, to_mx_dtype, torch_from_array
-
-if TYPE_CHECKING:
-    from .mlxtensor import MLXTensor
+from .bridge import from_mlx, to_mlx
+from .conversion import note_fallback, to_mx_dtype, track
+from .runtime import ARRAY_CLASS, Array, mx
+from .strides import contiguous_strides, index_array
+from .tensor import MLXTensor
 
 aten = torch.ops.aten
 
-_STRIDES: dict = {}
 
-
-def _contiguous_strides(size: Sequence[int]) -> tuple:
-    hit = _STRIDES.get(size)
-    if hit is None:
-        strides, acc = [], 1
-        for n in reversed(size):
-            strides.append(acc)
-            acc *= max(n, 1)
-        hit = tuple(reversed(strides))
-        if len(_STRIDES) < 4096:
-            _STRIDES[tuple(size)] = hit
-    return hit
-
-
-def _meta_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
+def meta_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict) -> tuple:
     """The size/stride/offset torch gives ``op`` applied to a tensor laid out as ``src`` (on the meta device:
     torch's own rules, and torch's own error when the view is impossible)."""
     base = src._base_t if src._base_t is not None else src
@@ -62,20 +47,21 @@ def _meta_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict) ->
     return tuple(out.shape), out.stride(), out.storage_offset()
 
 
-def _view_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, kind: str | None = "") -> tuple:
+def view_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, kind: str | None = "") -> tuple:
     """torch's size/stride/storage offset of view op ``op`` applied to ``src`` (worked out here for the
-    common view ops, else by torch on the meta device). ``kind``: the op's entry in _GEOMETRY, if known."""
+    common view ops, else by torch on the meta device). ``kind``: the op's entry in GEOMETRY, if known."""
     size = tuple(src.shape)
+    offset: int | torch.SymInt
     if src._base_t is None:  # a base is contiguous
-        stride, offset = _contiguous_strides(size), 0
+        stride, offset = contiguous_strides(size), 0
     else:
         stride, offset = src.stride(), src.storage_offset()
     if kind == "":
-        kind = _GEOMETRY.get(op)
+        kind = GEOMETRY.get(op)
     ndim = len(size)
     if kind == "same":
         return size, stride, offset
-    if kind == "reshape" and stride == _contiguous_strides(size) and not kwargs:
+    if kind == "reshape" and stride == contiguous_strides(size) and not kwargs:
         new = list(args[0])
         if -1 in new:
             known = 1
@@ -83,7 +69,7 @@ def _view_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, ki
                 known *= n if n != -1 else 1
             new[new.index(-1)] = (src.numel() // known) if known else 0
         new_t = tuple(new)
-        return new_t, _contiguous_strides(new_t), offset
+        return new_t, contiguous_strides(new_t), offset
     if kind == "t" and ndim <= 2:
         return size[::-1], stride[::-1], offset
     if kind == "transpose" and ndim and not kwargs:
@@ -115,14 +101,15 @@ def _view_geometry(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, ki
         d = args[0] % (ndim + 1)
         inner = size[d] * stride[d] if d < ndim else 1
         return size[:d] + (1,) + size[d:], stride[:d] + (inner,) + stride[d:], offset
-    return _meta_geometry(op, src, args, kwargs)
+    return meta_geometry(op, src, args, kwargs)
 
 
-_GEOMETRY: dict = {}
+#: view op -> how view_geometry works out its geometry (filled by init_views)
+GEOMETRY: dict[OpOverload, str] = {}
 
 
 def _init_geometry() -> None:
-    _GEOMETRY.update({
+    GEOMETRY.update({
         aten.alias.default: "same", aten.detach.default: "same",
         aten.view.default: "reshape", aten._unsafe_view.default: "reshape", aten._reshape_alias.default: "reshape",
         aten.t.default: "t", aten.transpose.int: "transpose", aten.permute.default: "permute",
@@ -130,57 +117,27 @@ def _init_geometry() -> None:
     })
 
 
-def _index_array(geometry: tuple, total: int):
-    """Flat positions in the base's (contiguous) storage of every element of a view laid out as ``geometry``."""
-    core = mx()
-    size, stride, offset = geometry
-    itype = core.int32 if total < 2**31 else core.int64
-    idx = core.array(offset, dtype=itype)
-    for d, (n, s) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[d] = n
-        idx = idx + (core.arange(n, dtype=itype) * s).reshape(shape)
-    return core.broadcast_to(idx, tuple(size))
-
-
-def _geometry(tensor: MLXTensor) -> tuple:
-    return tuple(tensor.shape), tensor.stride(), tensor.storage_offset()
-
-
-def _view_array(view: MLXTensor, base: MLXTensor):
-    """``view``'s data, computed from its base's current array."""
-    chain = view._chain
-    if chain is None:  # gathered at its strided positions
-        return mx().take(base.mx_array.reshape(-1), _index_array(_geometry(view), base.numel()))
-    arr = base.mx_array
-    if arr.shape != view._root:
-        arr = arr.reshape(view._root)
-    for op, args, kwargs in chain:
-        arr = _run_lowered(op, (arr, *args), kwargs)
-    return arr
-
-
 _OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
             "location. Please clone() the tensor before performing the operation.")
 
 
-def write(target: MLXTensor, value) -> None:
+def write(target: MLXTensor, value: Any) -> None:
     """Make ``value`` (an MLX array) the data of ``target``, through to its base for a view."""
     base = target._base_t
     if base is None:
         current = target._mx  # a base's array has the tensor's shape and dtype
-        if type(value) is _MX_ARRAY[0] and value.shape == current.shape and value.dtype == current.dtype:
+        if type(value) is ARRAY_CLASS[0] and value.shape == current.shape and value.dtype == current.dtype:
             if current.size:
                 target._mx = value
                 target._version_n += 1
-                _track(target)
+                track(target)
             return
     core = mx()
     size = tuple(target.shape)
     if 0 in size:
         return  # nothing to write
     dtype = to_mx_dtype(target.dtype)
-    if type(value) is not _MX_ARRAY[0]:
+    if type(value) is not ARRAY_CLASS[0]:
         value = core.array(value, dtype=dtype)
     if value.shape != size:
         value = core.broadcast_to(value, size)
@@ -189,66 +146,53 @@ def write(target: MLXTensor, value) -> None:
     if base is None:
         target._mx = value
         target._version_n += 1
-        _track(target)
+        track(target)
         return
     stride, offset = target.stride(), target.storage_offset()
-    if offset == 0 and target.numel() == base.numel() and stride == _contiguous_strides(size):
+    if offset == 0 and target.numel() == base.numel() and stride == contiguous_strides(size):
         base._mx = value.reshape(tuple(base.shape))
-    elif target._chain is not None and any(op not in _STRIDED for op, _, _ in target._chain):
+    elif target._chain is not None and any(op not in STRIDED for op, _, _ in target._chain):
         _host_write(target, base, value)  # a view that reinterprets data (view(dtype), view_as_real ...)
     else:
         if any(s == 0 and n > 1 for n, s in zip(size, stride)):
             raise RuntimeError(_OVERLAP)
         flat = base.mx_array.reshape(-1)
-        flat[_index_array((size, stride, offset), base.numel())] = value
+        flat[index_array((size, stride, offset), base.numel())] = value
         base._mx = flat.reshape(tuple(base.shape))
     base._version_n += 1
-    _track(base)
+    track(base)
     target._mx, target._seen = value, base._version_n
 
 
-def _host_write(target: MLXTensor, base: MLXTensor, value) -> None:
-    _note_fallback("<view write-back>")
+def _host_write(target: MLXTensor, base: MLXTensor, value: Array) -> None:
+    note_fallback("<view write-back>")
     host = base.torch_cpu()
     view = host
     for op, args, kwargs in target._chain or ():
         view = op(view, *args, **kwargs)
-    view.copy_(torch_from_array(value))
-    base._mx = array_from_torch(host)
-
+    view.copy_(from_mlx(value, copy=True))
+    base._mx = to_mlx(host)
 
 
 # -- which ops are views; the lowering tables ---------------------------------------------
 
 #: View ops whose result is the same data at strided positions of the input (no reinterpretation).
-_STRIDED: set = set()
-_MULTI_VIEWS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default}
-_ALIASING: dict = {}
+STRIDED: set[OpOverload] = set()
+MULTI_VIEWS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default}
+_ALIASING: dict[OpOverload, bool] = {}
 
 
-#: the lowering tables (torchdevice_mlx.lowerings imports mlx.core: bound on the first dispatch, so other
-#: modules read them as ``views.LOWERINGS`` ..., never by a name imported before the binding)
-LOWERINGS: dict = {}
-TENSOR_LOWERINGS: dict = {}  # ops lowered on the tensors themselves (they write some arguments)
-RANDOM_OPS: set = set()
-HOST_OPS: set = set()
-
-
-def _init_views() -> None:
-    global LOWERINGS, TENSOR_LOWERINGS, RANDOM_OPS, HOST_OPS
-    from . import lowerings
-
-    LOWERINGS, RANDOM_OPS, HOST_OPS = lowerings.LOWERINGS, lowerings.RANDOM_OPS, lowerings.HOST_OPS
-    TENSOR_LOWERINGS = lowerings.TENSOR_LOWERINGS
+def init_views() -> None:
+    """Fill the tables of view ops (on the first dispatch: they name ATen ops, which torch makes on first use)."""
     _init_geometry()
-    _STRIDED.update(_GEOMETRY)
-    _STRIDED.update([aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default,
+    STRIDED.update(GEOMETRY)
+    STRIDED.update([aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default,
                      aten.diagonal.default, aten.unfold.default, aten.as_strided.default, aten.narrow.default,
                      aten.movedim.int, aten.movedim.intlist, aten.swapaxes.default, aten.swapdims.default,
                      aten.unflatten.int, aten.view.default])
 
 
-def _aliases_its_input(func: OpOverload) -> bool:
+def aliases_its_input(func: OpOverload) -> bool:
     """Whether ATen op ``func`` returns one tensor aliasing its first argument (a view op, per its schema)."""
     hit = _ALIASING.get(func)
     if hit is None:
@@ -262,10 +206,76 @@ def _aliases_its_input(func: OpOverload) -> bool:
     return hit
 
 
-def _run_lowered(op: OpOverload, args: tuple, kwargs: dict):
-    lowering = LOWERINGS.get(op)
+# -- making views ---------------------------------------------------------------------------
+
+def make_view(op: OpOverload, src: MLXTensor, args: tuple, kwargs: dict, info: tuple | None = None) -> MLXTensor:
+    """A view of ``src`` made by view op ``op``; ``info``: (its lowering, its GEOMETRY kind, whether it is
+    strided) when the caller has them."""
+    if info is None:  # not from the dispatch (which has them): imported here, off its path
+        from . import lowerings  # imports mlx.core: only once MLX tensors exist
+
+        info = (lowerings.LOWERINGS.get(op), GEOMETRY.get(op), op in STRIDED)
+    lowering, kind, strided = info
+    base = src._base_t if src._base_t is not None else src
+    geometry = view_geometry(op, src, args, kwargs, kind)
+    if op is _AS_STRIDED:
+        _check_in_storage(geometry, base.numel())
+    if op is _AS_STRIDED or (lowering is None and strided) or src._chain is None:
+        return _gathered_view(base, geometry)
     if lowering is not None:
-        return lowering(*args, **kwargs)
-    # a view op MLX has no lowering for that reinterprets data (view(dtype), view_as_real ...): on the host
-    _note_fallback(str(op))
-    return array_from_torch(op(torch_from_array(args[0]), *args[1:], **kwargs).contiguous())
+        arr = lowering(src.mx_array, *args, **kwargs)
+    else:
+        from . import lowerings
+
+        arr = lowerings.run_on_arrays(op, (src.mx_array, *args), kwargs)
+    if arr.shape != geometry[0]:
+        # the lowering and torch disagree on the view's shape: the strided positions are torch's, and right
+        note_fallback(f"{op} (gathered)")
+        return _gathered_view(base, geometry)
+    return MLXTensor(arr, base=base, chain=src._chain + ((op, args, kwargs),), geometry=geometry)
+
+
+_AS_STRIDED = aten.as_strided.default
+
+
+def _gathered_view(base: MLXTensor, geometry: tuple) -> MLXTensor:
+    """A view read from (and written to) its base's storage at its strided positions."""
+    out = MLXTensor(base.mx_array, base=base, chain=None, geometry=geometry)
+    out._seen = -1  # computed on first use
+    return out
+
+
+def _check_in_storage(geometry: tuple, numel: int) -> None:
+    size, stride, offset = geometry
+    if any(n == 0 for n in size):
+        return
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride))
+    if offset < 0 or last >= numel or any(st < 0 for st in stride):
+        # torch would read whatever its storage holds there; an MLX tensor's storage is its base's data only
+        raise RuntimeError(f"as_strided: size {list(size)}, stride {list(stride)} and storage offset {offset} reach "
+                           f"outside the {numel} elements of the MLX tensor's storage")
+
+
+def multi_view(func: OpOverload, src: MLXTensor, args: tuple, kwargs: dict) -> list[MLXTensor]:
+    # split/unbind/chunk: each piece is a slice/select view of src (args: those after src)
+    if func is aten.unbind.int:
+        dim = kwargs.get("dim", args[0] if args else 0)
+    else:
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+    dim = dim % src.dim()
+    if func is aten.unbind.int:
+        return [make_view(aten.select.int, src, (dim, i), {}) for i in range(src.shape[dim])]
+    if func is aten.chunk.default:
+        pieces = args[0]
+        size = -(-src.shape[dim] // pieces)
+        sizes = [min(size, src.shape[dim] - s) for s in range(0, src.shape[dim], size)]
+    elif func is aten.split.Tensor:
+        size = args[0]
+        sizes = [min(size, src.shape[dim] - s) for s in range(0, src.shape[dim], size)] or [0]
+    else:
+        sizes = list(args[0])
+    out, start = [], 0
+    for n in sizes:
+        out.append(make_view(aten.slice.Tensor, src, (dim, start, start + n, 1), {}))
+        start += n
+    return out

@@ -1,4 +1,4 @@
-"""Importing MLX lazily, so that the plugin loads (and says why) where MLX does not."""
+"""Importing MLX lazily, so that the plugin loads (and says why) where MLX does not (the lowest layer)."""
 from __future__ import annotations
 
 import sys
@@ -37,3 +37,14 @@ def import_problem() -> str | None:
         hint = _HINT.get(sys.platform, "install mlx")
         return f"cannot import mlx.core ({type(exc).__name__}: {exc}); {hint}"
     return None
+
+
+#: ``[mlx.core.array]`` once :func:`array_class` ran (the hot paths compare ``type(x) is ARRAY_CLASS[0]``)
+ARRAY_CLASS: list[Any] = []  # Any, not type: `type(x) is ARRAY_CLASS[0]` must not narrow x to object
+
+
+def array_class() -> Any:
+    """``mlx.core.array`` (looked up once)."""
+    if not ARRAY_CLASS:
+        ARRAY_CLASS.append(mx().array)
+    return ARRAY_CLASS[0]
