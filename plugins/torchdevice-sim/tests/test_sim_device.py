@@ -475,3 +475,32 @@ def test_results_stay_on_the_device_of_their_inputs_whatever_device_is_current(s
     results = (x + 1, x.sum(), torch.nn.functional.embedding(torch.tensor([1, 2], device="sim:1"), x.view(4, 1)))
     assert all(result.device == torch.device("sim", 1) for result in results)
     assert synced.memory_allocated(0) == on_device_0  # nothing was allocated on the current device
+
+
+_CPU_KERNEL_CASES = {
+    "group_norm channels_last": lambda x: torch.nn.functional.group_norm(x.to(memory_format=torch.channels_last), 4),
+    "group_norm": lambda x: torch.nn.functional.group_norm(x, 2),
+    "layer_norm channels_last": lambda x: torch.nn.functional.layer_norm(x.to(memory_format=torch.channels_last), [4, 4]),
+    "addr": lambda x: torch.addr(x[0, 0], x[0, 1, 0], x[0, 2, 0]),
+    "all over dims": lambda x: x * (x > -1).all(dim=(1, 2)).float()[:, None, None],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CPU_KERNEL_CASES))
+def test_ops_with_a_cpu_kernel_and_a_composite_one_run_the_cpus_forward_and_backward(synced, case):
+    """The dispatcher prefers an op's CompositeExplicitAutograd kernel to sim's fallback: without sim's
+    own kernel group_norm ran its decomposition, which refuses channels_last, and layer_norm gave other numbers."""
+    fn = _CPU_KERNEL_CASES[case]
+    x = torch.randn(2, 8, 4, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    twin = x.detach().to("sim").requires_grad_()
+    out, out_sim = fn(x), fn(twin)
+    assert out_sim.device.type == "sim" and out_sim.stride() == out.stride()
+    assert torch.equal(out, out_sim.cpu())
+    out.square().sum().backward()
+    out_sim.square().sum().backward()
+    if "channels_last" in case:
+        # torch's backward formula hands a non-CPU device contiguous grads (CUDA's kernel wants them), the CPU
+        # channels_last ones: the CPU kernel's two paths agree to rounding, as a GPU's does with the CPU
+        torch.testing.assert_close(x.grad, twin.grad.cpu())
+    else:
+        assert torch.equal(x.grad, twin.grad.cpu())

@@ -123,6 +123,14 @@ def test_per_device_rng_is_independent_and_reproducible(on_sim):
     assert torch.equal(torch.rand(4, device="cuda:1").cpu(), draw.cpu())
 
 
+def test_group_norm_on_a_channels_last_cuda_tensor_gives_the_cpus_numbers(on_sim):
+    """diffusers' UNet: group_norm of a channels_last activation (the op's decomposition refused it on sim)."""
+    x = torch.randn(2, 8, 4, 4, generator=torch.Generator().manual_seed(0))
+    out = torch.nn.functional.group_norm(x.cuda().to(memory_format=torch.channels_last), 4)
+    assert out.is_cuda and out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out.cpu(), torch.nn.functional.group_norm(x.to(memory_format=torch.channels_last), 4))
+
+
 # -- AMP and checkpoints --------------------------------------------------------------------------------
 
 

@@ -497,4 +497,31 @@ def register(C: Any, device_type: str) -> list[torch.library.Library]:
     for qualified in sorted(_ATTENTION | _CONVOLUTION):  # the fallback's own entry, given the op
         name = qualified.split("::")[1]
         overrideable.impl(name, functools.partial(fallback, getattr(aten, name).default), "PrivateUse1")
+    for qualified in cpu_kernels_shadowed():
+        name, _, overload = qualified.partition("::")[2].partition(".")
+        op = getattr(getattr(aten, name), overload or "default")
+        overrideable.impl(qualified.partition("::")[2], functools.partial(fallback, op), "PrivateUse1")
     return [everything, overrideable]
+
+
+def cpu_kernels_shadowed() -> list[str]:
+    """The aten ops with a CPU kernel of their own beside a CompositeExplicitAutograd one, and no
+    PrivateUse1 kernel (``native_group_norm``, ``native_layer_norm``, ``addr``, ``all.dims`` ...).
+
+    The dispatcher prefers a composite kernel to a backend fallback, so without a kernel of sim's
+    these would run their generic decomposition, not the CPU's kernel: other numbers, and layouts the
+    decomposition refuses (``math_group_norm`` views a channels_last input, which fails). A GPU
+    has its own kernel there; sim's is the CPU's, through the fallback."""
+    found = []
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::"):
+            continue
+        qualified = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+        has = functools.partial(torch._C._dispatch_has_kernel_for_dispatch_key, qualified)
+        try:
+            shadowed = has("CPU") and has("CompositeExplicitAutograd") and not has("PrivateUse1")
+        except RuntimeError:  # a JIT-only builtin schema (aten::has_torch_function ...): no dispatcher entry
+            continue
+        if shadowed:
+            found.append(qualified)
+    return sorted(found)
