@@ -504,3 +504,18 @@ def test_ops_with_a_cpu_kernel_and_a_composite_one_run_the_cpus_forward_and_back
         torch.testing.assert_close(x.grad, twin.grad.cpu())
     else:
         assert torch.equal(x.grad, twin.grad.cpu())
+
+
+def test_a_memory_size_beyond_an_int64_names_the_variable_and_the_range():
+    with pytest.raises(ValueError, match=r"TORCHDEVICE_SIM_MEMORY='99999999999999999999GB' is out of range: .*1MiB to "
+                                         r"9223372036854775807 bytes"):
+        config.parse_size("99999999999999999999GB")
+    with pytest.raises(ValueError, match="TORCHDEVICE_SIM_MEMORY='1KiB' is out of range"):
+        config.parse_size("1KiB")
+
+
+@pytest.mark.parametrize("value", ["2", "0,0", "a", "-1", "0,,1"])
+def test_visible_devices_parse_as_cudas_and_a_bad_value_names_the_variable(value):
+    assert config.parse_visible("V", "1,0", 2) == (1, 0) and config.parse_visible("V", " ", 2) == ()
+    with pytest.raises(ValueError, match=rf"V='{value}' is not valid: use distinct indices of sim's 2 devices"):
+        config.parse_visible("V", value, 2)

@@ -186,7 +186,7 @@ DeviceStreams* g_streams[kMaxDevices];
 
 void check_device(int device) {
   TORCH_CHECK(device >= 0 && device < g_device_count, "Invalid device ordinal sim:", device, ": sim has ",
-              g_device_count, " device(s) (TORCHDEVICE_SIM_DEVICES)");
+              g_device_count, " device(s) (TORCHDEVICE_SIM_DEVICES and the visible devices)");
 }
 
 Stream* get_stream(int device, int64_t id) {
@@ -1165,12 +1165,17 @@ void on_fork_child() {
   for (int d = 0; d < g_device_count; ++d) g_streams[d] = new DeviceStreams();
 }
 
+bool g_initialized = false;
+
+// device_count may be 0: every physical device hidden by the visible-devices variable, as a CUDA
+// process with CUDA_VISIBLE_DEVICES="" has a runtime and no device.
 void init(int device_count, int64_t capacity, int64_t clock_khz) {
-  TORCH_CHECK(device_count >= 1 && device_count <= kMaxDevices, "sim: device count must be 1..", kMaxDevices,
+  TORCH_CHECK(device_count >= 0 && device_count <= kMaxDevices, "sim: device count must be 0..", kMaxDevices,
               ", got ", device_count);
-  TORCH_CHECK(g_device_count == 0 || g_device_count == device_count, "sim: already initialised with ", g_device_count,
+  TORCH_CHECK(!g_initialized || g_device_count == device_count, "sim: already initialised with ", g_device_count,
               " devices");
-  if (g_device_count != 0) return;
+  if (g_initialized) return;
+  g_initialized = true;
   for (int d = 0; d < device_count; ++d) {
     g_streams[d] = new DeviceStreams();
     g_memory[d] = new DeviceMemory();
