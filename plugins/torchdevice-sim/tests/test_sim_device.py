@@ -368,7 +368,48 @@ def test_rng_state_round_trips_and_matches_a_cpu_generator_seeded_alike(synced):
     first = torch.rand(5, device="sim:1")
     synced.set_rng_state(state, 1)
     assert torch.equal(first.cpu(), torch.rand(5, device="sim:1").cpu())
-    assert torch.equal(first.cpu(), torch.rand(5, generator=torch.Generator().manual_seed(7)))
+    assert not torch.equal(first.cpu(), torch.rand(5, device="sim:1").cpu())  # the offset moved on
+
+
+def _seed_offset(state: torch.Tensor) -> tuple[int, int]:
+    return int(state[:8].view(torch.int64)), int(state[8:].view(torch.int64))
+
+
+def test_rng_state_is_cudas_philox_seed_and_offset_advancing_as_cudas_kernels(synced):
+    """16 bytes (seed, offset) as CUDA's; the offset moves by 4 per pass of CUDA's grid over the elements."""
+    from torchdevice_sim._kernels import offset_advance
+
+    synced.manual_seed_all(2**40 + 3)
+    state = synced.get_rng_state(0)
+    assert state.dtype == torch.uint8 and state.shape == (16,) and _seed_offset(state) == (2**40 + 3, 0)
+    torch.rand(5, device="sim:0")
+    torch.nn.functional.dropout(torch.ones(300_000, device="sim:0"), 0.5)
+    assert _seed_offset(synced.get_rng_state(0)) == (2**40 + 3, 4 + 4 * 5) == (2**40 + 3, offset_advance(5) + offset_advance(300_000))
+    assert _seed_offset(synced.get_rng_state(1)) == (2**40 + 3, 0)  # device 1 drew nothing
+    moved = state.clone()
+    moved[8:] = torch.tensor([8], dtype=torch.int64).view(torch.uint8)
+    synced.set_rng_state(moved, 0)
+    at_8 = torch.rand(3, device="sim:0").cpu()
+    synced.set_rng_state(moved, 0)
+    assert torch.equal(at_8, torch.rand(3, device="sim:0").cpu())
+    synced.manual_seed(2**40 + 3)  # (current device 0) the offset restarts at 0
+    assert _seed_offset(synced.get_rng_state(0)) == (2**40 + 3, 0)
+    with pytest.raises(RuntimeError, match="wrong size"):
+        synced.set_rng_state(torch.get_rng_state(), 0)
+    with pytest.raises(RuntimeError, match="multiple of 4"):
+        moved[8:] = torch.tensor([6], dtype=torch.int64).view(torch.uint8)
+        synced.set_rng_state(moved, 0)
+
+
+def test_a_generator_made_on_sim_has_the_same_format_and_its_draws_replay(synced):
+    g = torch.Generator("sim:1").manual_seed(11)
+    assert g.device == torch.device("sim", 1) and g.get_state().shape == (16,)
+    a = torch.randn(4, device="sim:1", generator=g).cpu()
+    assert g.get_offset() == 4
+    g.set_offset(0)
+    assert torch.equal(a, torch.randn(4, device="sim:1", generator=g).cpu())
+    clone = g.clone_state()
+    assert torch.equal(clone.get_state(), g.get_state())
 
 
 def test_dropout_draws_from_the_device_generator_and_leaves_the_cpus_alone(synced):
@@ -380,8 +421,6 @@ def test_dropout_draws_from_the_device_generator_and_leaves_the_cpus_alone(synce
     synced.manual_seed_all(3)
     b = torch.nn.functional.dropout(torch.ones(100, device="sim"), 0.5)
     assert torch.equal(a.cpu(), b.cpu()) and 0 < (a == 0).sum().item() < 100
-    torch.manual_seed(3)
-    assert torch.equal(a.cpu(), torch.nn.functional.dropout(torch.ones(100), 0.5))
 
 
 # -- AMP and serialization ----------------------------------------------------------------------------

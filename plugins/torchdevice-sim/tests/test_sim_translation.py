@@ -118,6 +118,8 @@ def test_per_device_rng_is_independent_and_reproducible(on_sim):
     assert torch.equal(torch.randn(3, device="cuda:1").cpu(), first.cpu())
     assert torch.equal(torch.randn(3, device="cuda:1").cpu(), second.cpu())
     state = torch.cuda.get_rng_state(1)
+    assert state.dtype == torch.uint8 and state.shape == (16,)  # CUDA's Philox (seed, offset)
+    assert int(state[:8].view(torch.int64)) == 1234 and int(state[8:].view(torch.int64)) == 8
     draw = torch.rand(4, device="cuda:1")
     torch.cuda.set_rng_state(state, 1)
     assert torch.equal(torch.rand(4, device="cuda:1").cpu(), draw.cpu())
