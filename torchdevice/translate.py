@@ -68,9 +68,9 @@ def installers() -> tuple[ModuleType, ...]:
     Imported by the first :func:`patch`, not by ``import torchdevice``: they build the namespace
     table and import ``torch.distributed``, which a program that never translates does not pay for.
     """
-    from . import amp, devices, distributed, namespaces
+    from . import amp, amp_rules, devices, distributed, namespaces
 
-    return (devices, namespaces, amp, distributed, boundary)
+    return (devices, namespaces, amp, amp_rules, distributed, boundary)
 
 
 def _report_available_default() -> bool:
