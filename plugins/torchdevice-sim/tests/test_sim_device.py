@@ -558,3 +558,7 @@ def test_visible_devices_parse_as_cudas_and_a_bad_value_names_the_variable(value
     assert config.parse_visible("V", "1,0", 2) == (1, 0) and config.parse_visible("V", " ", 2) == ()
     with pytest.raises(ValueError, match=rf"V='{value}' is not valid: use distinct indices of sim's 2 devices"):
         config.parse_visible("V", value, 2)
+
+
+def test_data_parallel_over_both_devices_forward_and_backward(synced, data_parallel_check):
+    data_parallel_check("sim")

@@ -325,3 +325,8 @@ def test_a_bad_visible_devices_value_is_an_error_naming_it(sim):
     # zero-code activation reports the unavailable backend it was asked for, and the program runs untranslated
     assert "CUDA_VISIBLE_DEVICES='0,5' is not valid" in done.stderr
     assert "0 to 1, TORCHDEVICE_SIM_DEVICES" in done.stderr
+
+
+def test_cuda_data_parallel_runs_over_both_sim_devices(on_sim, data_parallel_check):
+    """HF Trainer wraps the model in nn.DataParallel when device_count() > 1: scatter, replicate, gather."""
+    data_parallel_check("cuda")

@@ -83,6 +83,9 @@ def load(visible_var: str = config.VISIBLE_VAR) -> ModuleType:
         from . import distributed
 
         distributed.register()
+        from . import parallel
+
+        parallel.register()
         from . import compile as compile_support
 
         compile_support.register()
