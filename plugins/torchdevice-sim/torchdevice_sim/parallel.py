@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from torchdevice.collectives import DeviceComm
 
 from .runtime import DEVICE_TYPE
