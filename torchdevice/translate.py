@@ -180,6 +180,7 @@ def patch(*, report_available: bool | None = None, source: str | None = None) ->
                 extra(patcher, new_target)
         except BaseException:
             patcher.discard()
+            _uninstall_installers()  # what an installer did outside the patcher (amp_rules' kernels)
             raise
         boundary.warm()  # torch's lazy caches, filled from torch's own objects before the commit
         patcher.commit()
@@ -203,11 +204,15 @@ def _unpatch_locked() -> None:
 
         integrations.deactivate()
         _patcher.restore()
-        for module in installers():
-            uninstall = getattr(module, "uninstall", None)
-            if uninstall is not None:
-                uninstall()
+        _uninstall_installers()
     _patcher, _target = None, None
+
+
+def _uninstall_installers() -> None:
+    for module in installers():
+        uninstall = getattr(module, "uninstall", None)
+        if uninstall is not None:
+            uninstall()
 
 
 def unpatch() -> None:
