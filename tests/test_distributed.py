@@ -269,6 +269,32 @@ def test_reduce_scatter_values(collectives):
     assert collectives[1]["reduce_scatter"] == [3.0, 3.0]
 
 
+def test_reduce_ops_gloo_lacks_are_lowered_with_nccls_numbers(collectives):
+    """PREMUL_SUM(f): every input times f (in its dtype), then summed; AVG: the mean. Rank r's tensors
+    are (r + 1) times rank 0's, unless said otherwise."""
+    bf16 = torch.bfloat16
+    third = torch.tensor(1 / 3, dtype=bf16)  # NCCL takes the factor in the tensor's dtype
+    expected_bf16 = [(torch.tensor(v, dtype=bf16) * third + torch.tensor(2 * v, dtype=bf16) * third).float().item()
+                     for v in (3.0, 5.0)]
+    for rank, r in enumerate(collectives):
+        assert r["premul_all_reduce"] == [1.5, 3.0, 4.5]
+        assert r["premul_all_reduce_bf16"] == expected_bf16
+        assert r["premul_all_reduce_coalesced"] == [[0.75, 0.75], [2.0]]
+        assert r["premul_reduce_scatter_tensor_input"] == [0.0 + 100 * rank, 1.0 + 100 * rank,
+                                                          2.0 + 100 * rank, 3.0 + 100 * rank]
+        # (arange(4) + 100 r) / 2 summed over r: [50, 51, 52, 53], rank i keeps its half
+        assert r["premul_reduce_scatter_tensor"] == [[50.0, 51.0], [52.0, 53.0]][rank]
+        assert r["premul_reduce_scatter_tensor_coalesced"] == [[[50.0, 51.0], [52.0, 53.0]][rank]] * 2
+        assert r["premul_reduce_scatter"] == [[2.0, 2.0], [6.0, 6.0]][rank]  # 2 ((0 + i) + (1 + i))
+        assert r["premul_all_reduce_async"] == [1.0, 1.0]
+        assert r["avg_reduce_scatter"] == [[0.5, 0.5], [1.5, 1.5]][rank]
+        assert r["avg_all_reduce_coalesced"] == [[1.5, 1.5], [4.0]]
+        for name, shown in (("reduce", "torch.distributed.reduce"), ("int", "torch.int64")):
+            error = r[f"premul_{name}_error"]
+            assert error.startswith("UnsupportedError") and shown in error and "PREMUL_SUM" in error, error
+            assert "gloo" in error, error
+
+
 def test_all_to_all_and_point_to_point(collectives):
     # rank s sends (d + 1) copies of 10 s + d to rank d
     assert collectives[0]["all_to_all_uneven"] == [[0.0], [10.0]]
