@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from helpers import Result, torchrun
 
 import torchdevice
 import torchdevice.distributed as tddist
@@ -196,32 +192,11 @@ def test_status_without_an_engine_is_unsupported(monkeypatch, on_cpu):
 # -- two processes on 127.0.0.1 ------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _torchrun(program: Path, *args: str) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node 2 -m torchdevice run PROGRAM ARGS`` on loopback, time-limited."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
-    env["TORCHDEVICE_BACKEND"] = "cpu"
-    env["PYTHONUNBUFFERED"] = "1"
-    if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on the loopback interface
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-           "-m", "torchdevice", "run", str(program), *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=LAUNCH_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"torchrun did not finish in {LAUNCH_TIMEOUT} s:\n{out[-4000:]}")
-    assert proc.returncode == 0, out[-6000:]
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+def _torchrun(program: Path, *args: str) -> Result:
+    """``torchrun --nproc-per-node 2 -m torchdevice run PROGRAM ARGS`` on the cpu backend; it must exit 0."""
+    result = torchrun(program, *args, timeout=LAUNCH_TIMEOUT, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-6000:]
+    return result
 
 
 @pytest.fixture(scope="module")
