@@ -45,13 +45,13 @@ def _assert_equal(got, expected, where: str) -> None:
 @pytest.mark.parametrize("part", ["fsdp_losses", "fsdp_full_state", "dcp_loaded_state", "tp_losses",
                                   "tp_full_state", "dtensor_local_shard", "dtensor_replicated_sum",
                                   "dtensor_matmul"])
-def test_every_number_equals_the_native_port(runs, part):
+def test_every_number_equals_the_native_port(on_target, runs, part):  # on_target: runs on every target
     translated, native = runs
     for rank in range(2):
         _assert_equal(translated[rank][part], native[rank][part], f"rank {rank}: {part}")
 
 
-def test_it_trained_and_the_checkpoint_round_trips(runs):
+def test_it_trained_and_the_checkpoint_round_trips(on_target, runs):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fsdp2_tp_dcp", PROGRAMS / "fsdp2_tp_dcp.py")
@@ -66,7 +66,7 @@ def test_it_trained_and_the_checkpoint_round_trips(runs):
     _assert_equal(translated[0]["fsdp_full_state"], translated[1]["fsdp_full_state"], "ranks' full state")
 
 
-def test_the_native_port_loads_the_translated_checkpoint(runs):
+def test_the_native_port_loads_the_translated_checkpoint(on_target, runs):
     translated, native = runs
     for rank in range(2):
         _assert_equal(native[rank]["dcp_loaded_from_translated"], translated[rank]["fsdp_full_state"], "loaded")
