@@ -3,6 +3,8 @@ through ``torchrun -m torchdevice run`` on the suite's target, against its hand 
 (``fsdp2_tp_dcp_native.py``): every number equal, and the port loads the translated run's DCP checkpoint."""
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -52,8 +54,6 @@ def test_every_number_equals_the_native_port(on_target, runs, part):  # on_targe
 
 
 def test_it_trained_and_the_checkpoint_round_trips(on_target, runs):
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("fsdp2_tp_dcp", PROGRAMS / "fsdp2_tp_dcp.py")
     program = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(program)
@@ -70,3 +70,13 @@ def test_the_native_port_loads_the_translated_checkpoint(on_target, runs):
     translated, native = runs
     for rank in range(2):
         _assert_equal(native[rank]["dcp_loaded_from_translated"], translated[rank]["fsdp_full_state"], "loaded")
+
+
+@pytest.mark.skipif(os.environ.get("TORCHDEVICE_MULTINODE_TESTS") != "1",
+                    reason="8 processes, about a minute: TORCHDEVICE_MULTINODE_TESTS=1 runs it")
+def test_two_nodes_two_agents_c10d_rendezvous(on_target, tmp_path):
+    """``torchrun --nnodes 2 --nproc-per-node 2``, two agents meeting at a c10d rendezvous on localhost."""
+    spec = importlib.util.spec_from_file_location("multinode_fsdp2", ROOT / "scripts" / "multinode_fsdp2.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.compare(TARGET, tmp_path) == []
