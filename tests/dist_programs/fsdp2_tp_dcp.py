@@ -46,7 +46,8 @@ def sharded(mesh) -> nn.Module:
     for layer in (m[0], m[2], m[4]):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(m, mesh=mesh, mp_policy=policy)
-    m.set_gradient_divide_factor(4.0)  # NCCL: ReduceOp.PREMUL_SUM(0.25)
+    for layer in (m[0], m[2], m[4]):  # each fully_shard module's own parameters (the root holds none)
+        layer.set_gradient_divide_factor(4.0)  # NCCL: ReduceOp.PREMUL_SUM(0.25)
     return m
 
 

@@ -49,8 +49,9 @@ def sharded(mesh) -> nn.Module:
     for layer in (m[0], m[2], m[4]):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(m, mesh=mesh, mp_policy=policy)
-    m.set_gradient_divide_factor(4.0)
-    m.set_force_sum_reduction_for_comms(True)  # gloo: SUM, then divide by 4
+    for layer in (m[0], m[2], m[4]):  # each fully_shard module's own parameters (the root holds none)
+        layer.set_gradient_divide_factor(4.0)
+        layer.set_force_sum_reduction_for_comms(True)  # gloo: SUM, then divide by 4
     return m
 
 
