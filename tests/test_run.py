@@ -77,6 +77,10 @@ def programs(tmp_path_factory):
                                                    "info['sibling'] = None\n"))
     (pkg / "mod.py").write_text(PROBE.replace("import sibling\ninfo[\"sibling\"] = sibling.VALUE\n",
                                               "info['sibling'] = None\n"))
+    argvpkg = root / "cwd" / "argvpkg"  # no torch: run natively too, to compare with Python's own argv
+    argvpkg.mkdir()
+    (argvpkg / "__init__.py").write_text("import sys\nprint('AT IMPORT', sys.argv)\n")
+    (argvpkg / "mod.py").write_text("import sys\nprint('IN MODULE', sys.argv)\n")
     return root
 
 
@@ -91,6 +95,8 @@ def results(programs):
         "script": (_run, ([td, "run", probe, "--lr", "3", "--report", "x", "-m", "y"],), {"cwd": cwd}),
         "python_m": (_run, ([sys.executable, "-m", "torchdevice", "run", "--backend", "cpu", probe, "a"],), {}),
         "module": (_run, ([td, "run", "-m", "probepkg.mod", "--flag", "v"],), {"cwd": cwd}),
+        "argv_translated": (_run, ([td, "run", "-m", "argvpkg.mod", "--job", "x"],), {"cwd": cwd}),
+        "argv_native": (_run, ([sys.executable, "-m", "argvpkg.mod", "--job", "x"],), {"cwd": cwd}),
         "raise": (_run, ([td, "run", exits, "raise"],), {}),
         "raise_python": (_run, ([sys.executable, exits, "raise"],), {}),
         "message": (_run, ([td, "run", exits, "message"],), {}),
@@ -123,6 +129,14 @@ def test_python_dash_m_torchdevice(results, programs):
     r = results["python_m"]
     assert r.returncode == 0, r
     assert _probe(r)["argv"] == [str(programs / "scripts" / "probe.py"), "a"]
+
+
+def test_module_mode_argv_while_the_package_imports(results):
+    """The package sees the program's arguments at import, as under ``python -m`` (torchtitan parses them there)."""
+    translated, native = results["argv_translated"], results["argv_native"]
+    assert native.returncode == 0, native
+    assert translated.returncode == 0, translated
+    assert translated.stdout.splitlines() == native.stdout.splitlines()
 
 
 def test_module_mode(results, programs, inproc, monkeypatch):

@@ -15,9 +15,12 @@ While translating, a question that *describes the machine* -- ``is_available``,
 Exceptions: torch code that acts *on the program's behalf* keeps the translated
 answers (:data:`ON_BEHALF`): seeding through ``torch.manual_seed``
 (``torch/random.py``), ``torch.get_device_module`` (``torch/__init__.py``), AMP
-(``torch/amp``), distributed (``torch/distributed``, ``torch/nn/parallel``) and
-torch's test harness (``torch/testing``, which instantiates a suite's CUDA tests
-from ``torch.cuda.is_available()``). The namespaces' own modules (``torch/cuda``
+(``torch/amp``) and torch's test harness (``torch/testing``, which instantiates a suite's CUDA tests
+from ``torch.cuda.is_available()``). torch's distributed machinery (``torch/distributed``:
+c10d, DCP, FSDP, DTensor; ``torch/nn/parallel``) is torch's own: it asks ``torch.cuda``
+and then ``torch._utils``/``torch.accelerator`` about the same machine, and the tensors
+it is handed live on the target, so it sees the real machine (issue 31: DCP was told
+CUDA by one and no device by the other; docs/distributed.md has the audit). The namespaces' own modules (``torch/cuda``
 ...) are torch's real implementation -- what still runs of them is a native helper
 or the real answer itself -- so they see the real machine (``torch.cuda.current_device``
 asks ``is_initialized()`` before touching the driver).
@@ -59,7 +62,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 ON_BEHALF = tuple(
     _TORCH_DIR + p.replace("/", os.sep)
     for p in (
-        "__init__.py", "random.py", "amp/", "distributed/", "nn/parallel/", "testing/",
+        "__init__.py", "random.py", "amp/", "testing/",
     )
 )
 

@@ -9,7 +9,8 @@
 It behaves like ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``):
 
 * ``sys.argv`` is ``[SCRIPT, *ARGS]`` (``-m``: the module's file, as Python
-  sets it); everything after SCRIPT/MODULE is the program's, so
+  sets it, and ``['-m', *ARGS]`` while its parent packages are imported, as
+  under ``python -m``); everything after SCRIPT/MODULE is the program's, so
   ``torchdevice run train.py --lr 3 --report x`` passes ``--lr 3 --report x``
   through;
 * the program runs as ``__main__`` in a fresh module, with ``__file__``,
@@ -317,6 +318,9 @@ def _prepare_module(name: str, argv: list[str]) -> Prepared | int:
     import runpy
 
     _set_path0(os.getcwd())
+    # as `python -m`: the parent packages import with sys.argv ['-m', *ARGS] (a package may parse its
+    # arguments at import, as torchtitan does), then argv[0] becomes the module's file
+    sys.argv[:] = ["-m", *argv]
     try:
         mod_name, spec, code = runpy._get_module_details(name, ImportError)  # type: ignore[attr-defined]
     except ImportError as exc:

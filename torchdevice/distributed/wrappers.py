@@ -235,6 +235,10 @@ def _wrap_broadcast(orig: _Fn) -> _Fn:
 
 
 def _wrap_available(orig: _Fn, engine_name: str | None) -> _Fn:
+    """The program is told the source family's engine is available; torch's own code (c10d checks
+    ``is_nccl_available()`` before naming ``ProcessGroupNCCL``, a class a CPU build lacks) gets torch's
+    answer (:func:`torchdevice.boundary.split`)."""
+
     @functools.wraps(orig)
     def available(*args: Any, **kwargs: Any) -> bool:
         name = engine_name
@@ -245,7 +249,7 @@ def _wrap_available(orig: _Fn, engine_name: str | None) -> _Fn:
             return True
         return orig(*args, **kwargs)
 
-    return _marked(available, orig)
+    return _marked(boundary.split(available, orig), orig)
 
 
 def _wrap_init_device_mesh(orig: _Fn) -> _Fn:
