@@ -8,7 +8,8 @@ every tensor output (and ``.item()``'s number) with :func:`torchdevice.compare.m
 error is therefore its own: the reference starts from B's inputs, never from its own earlier results.
 
 Not re-run on the reference: random ops (tagged ``nondeterministic_seeded``: re-running them would draw from
-the reference's generator and change the program's random stream), ops whose output is uninitialized
+the reference's generator and change the program's random stream; they are recorded with status
+``random`` and the device they drew on, for the report's ``random_ops``), ops whose output is uninitialized
 (``empty*``), ops outside the ``aten`` namespace. An op the reference cannot run is recorded as
 ``reference failed: <error>`` and the program goes on.
 
@@ -36,7 +37,7 @@ from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import metrics
+from . import fallbacks, metrics
 
 #: the module path of ops run outside every module
 TOP_LEVEL = "(top level)"
@@ -206,13 +207,22 @@ class ShadowMode(TorchDispatchMode):
     """Run every ATen op on the reference device too and hand the comparison to ``record(entry)``."""
 
     def __init__(self, ref_device: torch.device, record: Callable[[dict], None], tracker: ModuleTracker | None = None,
-                 rtol: float | None = None, atol: float | None = None) -> None:
+                 rtol: float | None = None, atol: float | None = None, device_type: str | None = None) -> None:
         super().__init__()
         self.ref_device = ref_device
         self.record = record
         self.tracker = tracker
         self.rtol, self.atol = rtol, atol
         self.index = 0
+        self.paused = False  # the autocast probe's own work on the reference: not the program's
+        self.device_type = device_type  # backend B's: its Python fallback is covered (.fallbacks)
+        self._seen: set[str] = set()
+        self._covered = device_type is None
+
+    def cover(self) -> None:
+        """Enter B's Python fallback for every op (:mod:`.fallbacks`), once B's plugin has registered it."""
+        if not self._covered and self.device_type is not None and fallbacks.cover(self.device_type):
+            self._covered = True
 
     def _to_ref(self, x: object) -> object:
         if not isinstance(x, torch.Tensor):
@@ -226,7 +236,22 @@ class ShadowMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: OpOverload, types: Collection[type], args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
+        self.cover()
+        name = func.name()
+        if name not in self._seen:  # an op defined after the ops were covered
+            self._seen.add(name)
+            if self._covered and self.device_type is not None:
+                fallbacks.cover(self.device_type, [name])
         skip = self._skip_reason(func)
+        if skip == "random":
+            out = func(*args, **kwargs)
+            self.index += 1
+            self.record({"index": self.index, "op": str(func), "module": self._module(),
+                         "location": program_location(2), "phase": self._phase(), "status": "random",
+                         "device": _device_of(out, kwargs)})
+            return out
         if skip is not None:
             return func(*args, **kwargs)
         # the reference's work runs on one torch thread: on a small machine, torch's intra-op threads woken for
@@ -307,6 +332,15 @@ class ShadowMode(TorchDispatchMode):
         if found is None:
             return {**entry, "status": "no output to compare"}
         return {**entry, **found, "outputs": compared, "status": "ok" if found["within"] else "diverged"}
+
+
+def _device_of(out: object, kwargs: dict[str, Any]) -> str:
+    """The device type a random op drew on: its first tensor output's (whose generator it used)."""
+    for leaf in tree_flatten(out)[0]:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device.type
+    device = kwargs.get("device")
+    return torch.device(device).type if device is not None else "?"
 
 
 def _first_line(exc: BaseException) -> str:
