@@ -35,6 +35,8 @@ def function_name(func: Callable[..., Any]) -> str:
     module = getattr(func, "__module__", None)
     if name.startswith(("TensorBase.", "_TensorBase.")):
         return "Tensor." + name.split(".", 1)[1]
+    if name.startswith("_VariableFunctionsClass."):  # torch.softmax and the other torch.* builtins
+        return "torch." + name.split(".", 1)[1]
     if module is None or name.startswith("Tensor."):
         return name
     return f"{module}.{name}"

@@ -42,7 +42,10 @@ def _first_lines(data: dict) -> list[str]:
         return _tests_lines(data)
     first = data.get("first_divergence")
     if first is None:
-        return [f"No {'op' if data['level'] == 'op' else 'module'} went beyond tolerance."]
+        what = "op" if data["level"] == "op" else "module"
+        if data.get("failed"):  # not a clean bill: the run stopped
+            return [f"No {what} compared before the failure went beyond tolerance."]
+        return [f"No {what} went beyond tolerance."]
     errs = first.get("errors", {})
     what = first.get("op") or "module output"
     return [f"First divergence: `{what}` in `{first.get('module') or '(no module)'}` at `{first.get('location')}` "
@@ -118,12 +121,12 @@ def format_text(data: dict) -> str:
 
 
 def format_markdown(data: dict, max_rows: int = 200) -> str:
-    out = ["# torchdevice compare", "",
-           f"- Command: `{shlex.join(data['command'])}`",
+    out = ["# torchdevice compare", ""]
+    out += [f"**{line}**" for line in _failed_lines(data)] + ([""] if data.get("failed") else [])
+    out += [f"- Command: `{shlex.join(data['command'])}`",
            f"- Backend `{data['backend']}` against reference `{data['reference']}`, level `{data['level']}`",
            f"- Tolerance: {data['tolerance']}", f"- Program exit status: {data['program_status']}",
            f"- Summary: {data['summary']}", ""]
-    out += [f"**{line}**" for line in _failed_lines(data)] + ([""] if data.get("failed") else [])
     out += [f"**{line}**" if i == 0 else line for i, line in enumerate(_first_lines(data))] + [""]
     if data["level"] != "tests":
         out += _whole_lines(data) + [""]
