@@ -58,7 +58,7 @@ def cover(device_type: str, names: list[str] | None = None) -> bool:
         library = libraries.get(namespace)
         if library is None:
             library = libraries[namespace] = torch._C._dispatch_library("IMPL", namespace, "")
-        library.impl(op, dispatch_key, function, False)
+        library.impl(op, dispatch_key, function)
     for library in libraries.values():
         library.reset()  # the kernels go; torch keeps the table entries
     done.update(todo)

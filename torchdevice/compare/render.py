@@ -74,7 +74,7 @@ def _calls(n: int) -> str:
 def _failed_lines(data: dict) -> list[str]:
     """First in every report: the runs that failed, so their ops are not taken for a clean comparison."""
     return [f"FAILED: the program failed {f['run']} (exit status {f['exit_status']})"
-            + (f": {f['error']}" if f.get("error") else "") + "; the comparison covers what ran before."
+            + (f": {f['error']}" if f.get("error") else "") + " -- the comparison covers what ran before it."
             for f in data.get("failed") or []]
 
 
