@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .shadow import ShadowMode, program_location
+from .shadow import ShadowMode, first_line, program_location
 
 
 def _float_dtype(value: object) -> torch.dtype | None:
@@ -56,7 +56,8 @@ class AutocastProbe(TorchFunctionMode):
         kwargs = kwargs or {}
         self.shadow.cover()  # before torch.tensor(..., device=...), whose copy skips the dispatch mode
         out = func(*args, **kwargs)
-        if self.shadow.paused or not torch.is_autocast_enabled(self.device_type):
+        if (self.shadow.paused or self.device_type == self.shadow.ref_device.type  # one policy: nothing to find
+                or not torch.is_autocast_enabled(self.device_type)):
             return out
         dtype = _float_dtype(out)
         if dtype is None or _float_dtype((args, kwargs)) is None:
@@ -69,7 +70,8 @@ class AutocastProbe(TorchFunctionMode):
                                 "backend_dtype": str(dtype).replace("torch.", "")})
         return out
 
-    def _reference_dtype(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _reference_dtype(self, func: Callable[..., Any], args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> torch.dtype | None:
         ref = self.shadow.ref_device
         to_ref = self.shadow._to_ref
         self.shadow.paused = True
@@ -82,7 +84,7 @@ class AutocastProbe(TorchFunctionMode):
                     return _float_dtype(func(*ref_args, **ref_kwargs))
         except Exception as exc:  # noqa: BLE001 - a call the reference cannot make: counted in the summary
             self.shadow.record({"op": function_name(func), "status": "autocast unprobed",
-                                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"})
+                                "error": f"{type(exc).__name__}: {first_line(exc)}"})
             return None
         finally:
             self.shadow.paused = False

@@ -280,7 +280,7 @@ class ShadowMode(TorchDispatchMode):
             try:
                 ref_out = func(*ref_args, **ref_kwargs)
             except Exception as exc:  # noqa: BLE001
-                self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {_first_line(exc)}"})
+                self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {first_line(exc)}"})
                 return out
             self.record(self._compare(entry, func, args, out, ref_out))
         finally:
@@ -343,6 +343,6 @@ def _device_of(out: object, kwargs: dict[str, Any]) -> str:
     return torch.device(device).type if device is not None else "?"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else ""
