@@ -329,3 +329,22 @@ def test_sim_causes_and_the_python_fallback_under_the_shadow_mode(tmp_path):
         "torch.softmax", "float32", "bfloat16")
     assert _line_of(CAUSES, softmax["location"]) == "return self.head(h * torch.softmax(h, dim=-1))"
     assert "draw from each backend's own generator" in result.stderr and "autocast policies differ" in result.stderr
+
+
+def test_a_random_tagged_op_that_draws_nothing_is_compared(inproc, tmp_path):
+    """Attention is tagged nondeterministic_seeded for its dropout; with dropout_p=0 it leaves the
+    generator as it was, so it is compared like any other op instead of being called random."""
+    program = tmp_path / "attention.py"
+    program.write_text("import torch\nimport torch.nn.functional as F\n"
+                       "q = torch.ones(1, 2, 4, 8, device='cuda')\n"
+                       "a = F.scaled_dot_product_attention(q, q, q, dropout_p=0.0)\n"
+                       "b = F.dropout(q, 0.5)\n")
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default  # what the CPU runs for it
+    assert torch.Tag.nondeterministic_seeded in op.tags
+    out = tmp_path / "report.json"
+    assert inproc(["compare", "--backends", "cpu,cpu", "--no-whole-run", "--out", str(out), str(program)]) == 0
+    data = json.loads(out.read_text())
+    (row,) = [r for r in data["ops"] if r["op"] == str(op)]
+    assert row["calls"] == 1 and row["over_tolerance"] == 0 and row["max_abs"] == 0.0
+    assert [(r["op"], r["location"].rsplit(":", 1)[1]) for r in data["random_ops"]] == [
+        ("aten.bernoulli_.float", "5")]  # the dropout drew

@@ -9,7 +9,8 @@ error is therefore its own: the reference starts from B's inputs, never from its
 
 Not re-run on the reference: random ops (tagged ``nondeterministic_seeded``: re-running them would draw from
 the reference's generator and change the program's random stream; they are recorded with status
-``random`` and the device they drew on, for the report's ``random_ops``), ops whose output is uninitialized
+``random`` and the device they drew on, for the report's ``random_ops``; a random-tagged op that left its
+generator's state as it was drew nothing and is compared), ops whose output is uninitialized
 (``empty*``), ops outside the ``aten`` namespace. An op the reference cannot run is recorded as
 ``reference failed: <error>`` and the program goes on.
 
@@ -43,6 +44,7 @@ from . import fallbacks, metrics
 TOP_LEVEL = "(top level)"
 _EMPTY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 _NONDET = getattr(torch.Tag, "nondeterministic_seeded", None)
+_UNRUN = object()
 
 
 # -- where an op was called from ----------------------------------------------------------------------------
@@ -246,13 +248,10 @@ class ShadowMode(TorchDispatchMode):
                 fallbacks.cover(self.device_type, [name])
         skip = self._skip_reason(func)
         if skip == "random":
-            out = func(*args, **kwargs)
-            self.index += 1
-            self.record({"index": self.index, "op": str(func), "module": self._module(),
-                         "location": program_location(2), "phase": self._phase(), "status": "random",
-                         "device": _device_of(out, kwargs)})
-            return out
-        if skip is not None:
+            before = _draw_state(args, kwargs)
+            if before is None:  # a generator it cannot read: taken to draw
+                return self._random(func, args, kwargs)
+        elif skip is not None:
             return func(*args, **kwargs)
         # the reference's work runs on one torch thread: on a small machine, torch's intra-op threads woken for
         # each small op between the backend's own cost tens of times the arithmetic (measured 7x the whole run)
@@ -268,6 +267,8 @@ class ShadowMode(TorchDispatchMode):
         finally:
             torch.set_num_threads(threads)
         out = func(*args, **kwargs)
+        if skip == "random" and not _same_state(before, _draw_state(args, kwargs)):
+            return self._random(func, args, kwargs, out)
         self.index += 1
         entry = {"index": self.index, "op": str(func), "module": self._module(),
                  "location": program_location(2), "phase": self._phase()}
@@ -278,13 +279,24 @@ class ShadowMode(TorchDispatchMode):
         torch.set_num_threads(1)
         try:
             try:
-                ref_out = func(*ref_args, **ref_kwargs)
+                with torch.random.fork_rng(devices=[], enabled=skip == "random"):  # it did not draw on B either
+                    ref_out = func(*ref_args, **ref_kwargs)
             except Exception as exc:  # noqa: BLE001
                 self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {first_line(exc)}"})
                 return out
             self.record(self._compare(entry, func, args, out, ref_out))
         finally:
             torch.set_num_threads(threads)
+        return out
+
+    def _random(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], out: object = _UNRUN) -> object:
+        """Record a random op that drew from B's generator (run it first where it has not run)."""
+        if out is _UNRUN:
+            out = func(*args, **kwargs)
+        self.index += 1
+        self.record({"index": self.index, "op": str(func), "module": self._module(),
+                     "location": program_location(3), "phase": self._phase(), "status": "random",
+                     "device": _device_of(out, kwargs)})
         return out
 
     @staticmethod
@@ -332,6 +344,31 @@ class ShadowMode(TorchDispatchMode):
         if found is None:
             return {**entry, "status": "no output to compare"}
         return {**entry, **found, "outputs": compared, "status": "ok" if found["within"] else "diverged"}
+
+
+def _draw_state(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The state of the generator a random op would draw from (its ``generator=``, else its device's
+    default one), or None where it cannot be read: a random-tagged op that left it as it was drew nothing
+    (``scaled_dot_product_attention`` with ``dropout_p=0``) and is compared like any other op."""
+    generator = kwargs.get("generator")
+    if generator is not None:
+        return generator.get_state()
+    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    device = tensors[0].device if tensors else kwargs.get("device")
+    if device is None:
+        return None
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.get_rng_state()
+    try:
+        module = torch.get_device_module(device.type)
+        return module.get_rng_state(device.index if device.index is not None else module.current_device())
+    except Exception:  # noqa: BLE001 - a device module without one: the op is taken to draw
+        return None
+
+
+def _same_state(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
+    return before is not None and after is not None and torch.equal(before, after)
 
 
 def _device_of(out: object, kwargs: dict[str, Any]) -> str:
