@@ -262,8 +262,8 @@ def _cause_data(failed_status: int | None = None):
                   "location": "prog.py:7", "phase": "forward", "status": "random", "device": "sim"})
     c.record({"index": 4, "op": "aten.uniform_.default", "module": "(top level)", "location": "prog.py:2",
               "phase": "forward", "status": "random", "device": "cpu"})  # the host's generator: the same in both
-    c.record({"op": "torch.softmax", "module": "model", "location": "prog.py:8", "status": "autocast",
-              "reference_dtype": "bfloat16", "backend_dtype": "float32"})
+    c.record({"op": "torch.softmax", "aten_op": "aten._softmax.default", "module": "model", "location": "prog.py:8",
+              "status": "autocast", "reference_dtype": "bfloat16", "backend_dtype": "float32"})
     whole = wholerun.compare_outputs("loss 1.0\n", "loss 1.5\n")
     whole["exit_status"] = {"cpu": 0, "sim": 0}
     return report.report_dict(command=["torchdevice", "compare", "prog.py"], backends=("cpu", "sim"), level="op",
@@ -275,14 +275,15 @@ def test_report_names_the_causes_of_a_whole_run_difference():
     data = _cause_data()
     assert data["random_ops"] == [{"op": "aten.native_dropout.default", "module": "model.drop",
                                    "location": "prog.py:7", "device": "sim", "calls": 2}]
-    assert data["autocast_dtypes"] == [{"op": "torch.softmax", "module": "model", "location": "prog.py:8",
-                                        "reference_dtype": "bfloat16", "backend_dtype": "float32", "calls": 1}]
+    assert data["autocast_dtypes"] == [{"op": "torch.softmax", "aten_op": "aten._softmax.default", "module": "model",
+                                        "location": "prog.py:8", "reference_dtype": "bfloat16",
+                                        "backend_dtype": "float32", "calls": 1}]
     assert data["failed"] == [] and data["first_divergence"] is None
     text = render.format_text(data)
     assert "draw from each backend's own generator" in text
     assert "`aten.native_dropout.default` in `model.drop` at `prog.py:7`: 2 calls" in text
-    assert "autocast policies differ" in text and "`torch.softmax` in `model` at `prog.py:8`: float32 on sim, " \
-                                                  "bfloat16 on cpu (1 call)" in text
+    assert "autocast policies differ" in text and ("`aten._softmax.default` of `torch.softmax` in `model` at "
+                                                   "`prog.py:8`: float32 on sim, bfloat16 on cpu (1 call)") in text
     markdown = render.format_markdown(data)
     assert "## Random ops" in markdown and "| aten.native_dropout.default | model.drop | prog.py:7 | sim | 2 |" in markdown
     assert "## Autocast" in markdown
@@ -325,8 +326,8 @@ def test_sim_causes_and_the_python_fallback_under_the_shadow_mode(tmp_path):
         "aten.native_dropout.default", "model.drop", "sim", 2)
     assert _line_of(CAUSES, drop["location"]) == "h = self.drop(self.fc(x))"
     (softmax,) = data["autocast_dtypes"]  # CUDA's lists run softmax in float32, the CPU's in bfloat16
-    assert (softmax["op"], softmax["backend_dtype"], softmax["reference_dtype"]) == (
-        "torch.softmax", "float32", "bfloat16")
+    assert (softmax["op"], softmax["aten_op"], softmax["backend_dtype"], softmax["reference_dtype"]) == (
+        "torch.softmax", "aten._softmax.default", "float32", "bfloat16")
     assert _line_of(CAUSES, softmax["location"]) == "return self.head(h * torch.softmax(h, dim=-1))"
     assert "draw from each backend's own generator" in result.stderr and "autocast policies differ" in result.stderr
 
@@ -348,3 +349,18 @@ def test_a_random_tagged_op_that_draws_nothing_is_compared(inproc, tmp_path):
     assert row["calls"] == 1 and row["over_tolerance"] == 0 and row["max_abs"] == 0.0
     assert [(r["op"], r["location"].rsplit(":", 1)[1]) for r in data["random_ops"]] == [
         ("aten.bernoulli_.float", "5")]  # the dropout drew
+
+
+def test_autocast_differences_inside_a_function_are_found():
+    """cross_entropy ends in float32 under both policies; its log_softmax runs in bfloat16 under CUDA's lists
+    and in float32 under the CPU's (nanoGPT in bf16): ops are paired by name, casts left out."""
+    from torchdevice.compare import autocast
+
+    bf16, f32 = torch.bfloat16, torch.float32
+    sim = [("aten._to_copy.default", f32), ("aten._log_softmax.default", bf16), ("aten.nll_loss_forward.default", f32)]
+    cpu = [("aten._to_copy.default", f32), ("aten._to_copy.default", f32), ("aten._log_softmax.default", f32),
+           ("aten.nll_loss_forward.default", f32)]
+    assert autocast.differences(sim, cpu) == [("aten._log_softmax.default", bf16, f32)]
+    assert autocast.differences(sim, sim) == []
+    other_kernel = [("aten._fused_attention.default", bf16)]  # run on one side only: not paired
+    assert autocast.differences(other_kernel, [("aten._flash_attention.default", f32)]) == []

@@ -95,10 +95,10 @@ def _cause_lines(data: dict) -> list[str]:
     autocast = data.get("autocast_dtypes") or []
     if autocast:
         ref, backend = data["reference"], data["backend"]
-        lines.append(f"Autocast: the backends' autocast policies differ; {len(autocast)} function(s) ran in "
+        lines.append(f"Autocast: the backends' autocast policies differ; {len(autocast)} op(s) ran in "
                      f"another dtype on each side:")
-        lines += [f"    `{r['op']}` in `{r['module']}` at `{r['location']}`: {r['backend_dtype']} on {backend}, "
-                  f"{r['reference_dtype']} on {ref} ({_calls(r['calls'])})" for r in autocast[:_CAUSE_ROWS]]
+        lines += [f"    `{r['aten_op']}` of `{r['op']}` in `{r['module']}` at `{r['location']}`: {r['backend_dtype']} "
+                  f"on {backend}, {r['reference_dtype']} on {ref} ({_calls(r['calls'])})" for r in autocast[:_CAUSE_ROWS]]
     if len(random_ops) > _CAUSE_ROWS or len(autocast) > _CAUSE_ROWS:
         lines.append("    (the report written with --out lists them all)")
     return lines
@@ -156,8 +156,8 @@ def _table(title: str, rows: list[dict], columns: tuple[str, ...]) -> list[str]:
 def _cause_tables(data: dict) -> list[str]:
     return (_table("Random ops (each backend draws from its own generator)", data.get("random_ops") or [],
                    ("op", "module", "location", "device", "calls"))
-            + _table("Autocast: functions that ran in another dtype on each side", data.get("autocast_dtypes") or [],
-                     ("op", "module", "location", "backend_dtype", "reference_dtype", "calls")))
+            + _table("Autocast: ops that ran in another dtype on each side", data.get("autocast_dtypes") or [],
+                     ("op", "aten_op", "module", "location", "backend_dtype", "reference_dtype", "calls")))
 
 
 def _module_columns(data: dict) -> tuple[str, ...]:

@@ -13,8 +13,9 @@ The report (JSON-ready dict) has:
 * ``random_ops``: the random ops (tagged ``nondeterministic_seeded``) that drew on backend B's device, one
   row per (op, module, location): each draws from its backend's own generator, so they are not compared
   op by op and explain whole runs that differ while no op does;
-* ``autocast_dtypes``: under autocast, the torch functions whose result had another dtype under the
-  reference's autocast policy than under B's (one row per function, module, location and dtype pair);
+* ``autocast_dtypes``: under autocast, the ATen ops (``aten_op``) that ran in another dtype under the
+  reference's autocast policy than under B's, with the torch function the program called (``op``), one
+  row per function, op, module, location and dtype pair;
 * ``summary``: counts (ops compared, over tolerance, reference failures, not re-run).
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Collector:
             _count(self.random, entry, ("op", "module", "location", "device"))
             return
         if status == "autocast":
-            _count(self.autocast, entry, ("op", "module", "location", "reference_dtype", "backend_dtype"))
+            _count(self.autocast, entry, ("op", "aten_op", "module", "location", "reference_dtype", "backend_dtype"))
             return
         if status == "autocast unprobed":
             self.unprobed.setdefault(entry["op"], entry["error"])

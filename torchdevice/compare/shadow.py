@@ -219,6 +219,7 @@ class ShadowMode(TorchDispatchMode):
         self.paused = False  # the autocast probe's own work on the reference: not the program's
         self.device_type = device_type  # backend B's: its Python fallback is covered (.fallbacks)
         self._seen: set[str] = set()
+        self.trace: list[tuple[str, torch.dtype | None]] | None = None  # (op, output dtype), for .autocast
         self._covered = device_type is None
 
     def cover(self) -> None:
@@ -238,6 +239,13 @@ class ShadowMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: OpOverload, types: Collection[type], args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if self.trace is None:
+            return self._dispatch(func, args, kwargs)
+        out = self._dispatch(func, args, kwargs)
+        self.trace.append((str(func), _float_dtype(out)))
+        return out
+
+    def _dispatch(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self.paused:
             return func(*args, **kwargs)
         self.cover()
@@ -369,6 +377,14 @@ def _draw_state(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor |
 
 def _same_state(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
     return before is not None and after is not None and torch.equal(before, after)
+
+
+def _float_dtype(value: object) -> torch.dtype | None:
+    """The dtype of the first floating-point tensor in ``value``, or None."""
+    for leaf in tree_flatten(value)[0]:
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            return leaf.dtype
+    return None
 
 
 def _device_of(out: object, kwargs: dict[str, Any]) -> str:
