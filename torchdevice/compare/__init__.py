@@ -33,6 +33,7 @@ divergence (1 when only a whole run failed). A failed run is reported first, wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -188,7 +189,8 @@ def _lockstep(program: list[str], module: bool, backend: str, ref_device_type: s
     tracker = ModuleTracker()
     device_type = _device_type(backend)
     mode = ShadowMode(torch.device(ref_device_type), collector.record, tracker, rtol, atol, device_type)
-    probe = AutocastProbe(mode, device_type)
+    # one autocast policy where B's device type is the reference's: no probe (it is a mode torch.compile sees)
+    probe = AutocastProbe(mode, device_type) if device_type != ref_device_type else contextlib.nullcontext()
     uncaught: list[str] = []
     hook = sys.excepthook
 
