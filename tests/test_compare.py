@@ -227,3 +227,140 @@ def test_command_lists_tests_whose_outcome_differs(tmp_path):
     assert [(d["test"], d["cpu"], d["mlx"]) for d in data["tests"]["differ"]] == [
         ("test_backend::test_plain_tensor", "passed", "failed")]
     assert "1 of 2 tests differ in outcome (cpu -> mlx)" in result.stderr
+
+
+# -- why whole runs differ while no op does; failed runs ------------------------------------------------------
+
+CAUSES = Path(__file__).parent / "programs" / "compare_causes.py"
+
+
+def _line_of(program: Path, location: str) -> str:
+    path, line = location.rsplit(":", 1)
+    assert Path(path).resolve() == program.resolve()
+    return program.read_text().splitlines()[int(line) - 1].strip()
+
+
+def test_random_ops_are_named_with_their_location(inproc, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    status = inproc(["compare", "--backends", "cpu,cpu", "--no-whole-run", "--out", str(out), str(CAUSES)])
+    assert status == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    (row,) = [r for r in data["random_ops"] if r["module"] == "model.drop"]
+    packet, overload = row["op"].split(".")[1:3]
+    assert torch.Tag.nondeterministic_seeded in getattr(getattr(torch.ops.aten, packet), overload).tags
+    assert row["calls"] == 2 and row["device"] == "cpu"  # the cpu backend's tensors: the host's generator
+    assert _line_of(CAUSES, row["location"]) == "h = self.drop(self.fc(x))"
+    assert not any(r["over_tolerance"] for r in data["ops"])
+    assert "draw from each backend's own generator" in capsys.readouterr().err
+
+
+def _cause_data(failed_status: int | None = None):
+    c = report.Collector()
+    _record(c, 1, "aten.mm.default", "model.fc", [1.0, 2.0], [1.0, 2.0])
+    for index in (2, 3):
+        c.record({"index": index, "op": "aten.native_dropout.default", "module": "model.drop",
+                  "location": "prog.py:7", "phase": "forward", "status": "random", "device": "sim"})
+    c.record({"index": 4, "op": "aten.uniform_.default", "module": "(top level)", "location": "prog.py:2",
+              "phase": "forward", "status": "random", "device": "cpu"})  # the host's generator: the same in both
+    c.record({"op": "torch.softmax", "aten_op": "aten._softmax.default", "module": "model", "location": "prog.py:8",
+              "status": "autocast", "reference_dtype": "bfloat16", "backend_dtype": "float32"})
+    whole = wholerun.compare_outputs("loss 1.0\n", "loss 1.5\n")
+    whole["exit_status"] = {"cpu": 0, "sim": 0}
+    return report.report_dict(command=["torchdevice", "compare", "prog.py"], backends=("cpu", "sim"), level="op",
+                              collector=c, whole_run=whole, program_status=failed_status, tolerance={},
+                              device_type="sim", program_error="RuntimeError: boom" if failed_status else None)
+
+
+def test_report_names_the_causes_of_a_whole_run_difference():
+    data = _cause_data()
+    assert data["random_ops"] == [{"op": "aten.native_dropout.default", "module": "model.drop",
+                                   "location": "prog.py:7", "device": "sim", "calls": 2}]
+    assert data["autocast_dtypes"] == [{"op": "torch.softmax", "aten_op": "aten._softmax.default", "module": "model",
+                                        "location": "prog.py:8", "reference_dtype": "bfloat16",
+                                        "backend_dtype": "float32", "calls": 1}]
+    assert data["failed"] == [] and data["first_divergence"] is None
+    text = render.format_text(data)
+    assert "draw from each backend's own generator" in text
+    assert "`aten.native_dropout.default` in `model.drop` at `prog.py:7`: 2 calls" in text
+    assert "autocast policies differ" in text and ("`aten._softmax.default` of `torch.softmax` in `model` at "
+                                                   "`prog.py:8`: float32 on sim, bfloat16 on cpu (1 call)") in text
+    markdown = render.format_markdown(data)
+    assert "## Random ops" in markdown and "| aten.native_dropout.default | model.drop | prog.py:7 | sim | 2 |" in markdown
+    assert "## Autocast" in markdown
+
+
+def test_a_failed_run_is_reported_first():
+    data = _cause_data(failed_status=1)
+    assert data["failed"] == [{"run": "under compare on sim", "exit_status": 1, "error": "RuntimeError: boom"}]
+    lines = render.format_text(data).splitlines()
+    assert lines[1].startswith("FAILED: the program failed under compare on sim (exit status 1): RuntimeError: boom")
+    assert "No op went beyond tolerance." not in lines
+    assert render.format_markdown(data).split("\n\n")[1].startswith("**FAILED")
+
+
+def test_compare_of_a_failing_program_exits_non_zero(inproc, tmp_path, capsys):
+    program = tmp_path / "fails.py"
+    program.write_text("import torch\nx = torch.ones(2, device='cuda') * 2\nraise ValueError('boom at step 0')\n")
+    out = tmp_path / "report.json"
+    status = inproc(["compare", "--backends", "cpu,cpu", "--no-whole-run", "--out", str(out), str(program)])
+    err = capsys.readouterr().err
+    assert status == 1
+    data = json.loads(out.read_text())
+    assert data["failed"] == [{"run": "under compare on cpu", "exit_status": 1, "error": "ValueError: boom at step 0"}]
+    summary = err[err.index("torchdevice compare: cpu against"):].splitlines()
+    assert summary[1].startswith("FAILED: the program failed under compare on cpu (exit status 1): ValueError: boom")
+
+
+def test_sim_causes_and_the_python_fallback_under_the_shadow_mode(tmp_path):
+    """On sim (a Python fallback kernel for PrivateUse1): torch.tensor(..., device=) under the shadow mode used
+    to crash torch's trampoline (``func != nullptr``, the timm training program); dropout and bf16 autocast
+    make the whole runs differ with no op over tolerance, and the report names both causes."""
+    pytest.importorskip("torchdevice_sim")
+    out = tmp_path / "report.json"
+    result = run_torchdevice("compare", "--backends", "cpu,sim", "--out", str(out), str(CAUSES))
+    data = json.loads(out.read_text())
+    assert data["failed"] == [], result.stderr
+    assert data["summary"]["ops_over_tolerance"] == 0 and data["whole_run"]["first_difference"] is not None
+    (drop,) = data["random_ops"]
+    assert (drop["op"], drop["module"], drop["device"], drop["calls"]) == (
+        "aten.native_dropout.default", "model.drop", "sim", 2)
+    assert _line_of(CAUSES, drop["location"]) == "h = self.drop(self.fc(x))"
+    (softmax,) = data["autocast_dtypes"]  # CUDA's lists run softmax in float32, the CPU's in bfloat16
+    assert (softmax["op"], softmax["aten_op"], softmax["backend_dtype"], softmax["reference_dtype"]) == (
+        "torch.softmax", "aten._softmax.default", "float32", "bfloat16")
+    assert _line_of(CAUSES, softmax["location"]) == "return self.head(h * torch.softmax(h, dim=-1))"
+    assert "draw from each backend's own generator" in result.stderr and "autocast policies differ" in result.stderr
+
+
+def test_a_random_tagged_op_that_draws_nothing_is_compared(inproc, tmp_path):
+    """Attention is tagged nondeterministic_seeded for its dropout; with dropout_p=0 it leaves the
+    generator as it was, so it is compared like any other op instead of being called random."""
+    program = tmp_path / "attention.py"
+    program.write_text("import torch\nimport torch.nn.functional as F\n"
+                       "q = torch.ones(1, 2, 4, 8, device='cuda')\n"
+                       "a = F.scaled_dot_product_attention(q, q, q, dropout_p=0.0)\n"
+                       "b = F.dropout(q, 0.5)\n")
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default  # what the CPU runs for it
+    assert torch.Tag.nondeterministic_seeded in op.tags
+    out = tmp_path / "report.json"
+    assert inproc(["compare", "--backends", "cpu,cpu", "--no-whole-run", "--out", str(out), str(program)]) == 0
+    data = json.loads(out.read_text())
+    (row,) = [r for r in data["ops"] if r["op"] == str(op)]
+    assert row["calls"] == 1 and row["over_tolerance"] == 0 and row["max_abs"] == 0.0
+    assert [(r["op"], r["location"].rsplit(":", 1)[1]) for r in data["random_ops"]] == [
+        ("aten.bernoulli_.float", "5")]  # the dropout drew
+
+
+def test_autocast_differences_inside_a_function_are_found():
+    """cross_entropy ends in float32 under both policies; its log_softmax runs in bfloat16 under CUDA's lists
+    and in float32 under the CPU's (nanoGPT in bf16): ops are paired by name, casts left out."""
+    from torchdevice.compare import autocast
+
+    bf16, f32 = torch.bfloat16, torch.float32
+    sim = [("aten._to_copy.default", f32), ("aten._log_softmax.default", bf16), ("aten.nll_loss_forward.default", f32)]
+    cpu = [("aten._to_copy.default", f32), ("aten._to_copy.default", f32), ("aten._log_softmax.default", f32),
+           ("aten.nll_loss_forward.default", f32)]
+    assert autocast.differences(sim, cpu) == [("aten._log_softmax.default", bf16, f32)]
+    assert autocast.differences(sim, sim) == []
+    other_kernel = [("aten._fused_attention.default", bf16)]  # run on one side only: not paired
+    assert autocast.differences(other_kernel, [("aten._flash_attention.default", f32)]) == []

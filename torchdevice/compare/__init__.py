@@ -28,14 +28,16 @@ HTML (``.html``: a sortable table and an SVG plot of error per module) or Markdo
 
 Exit status: 0 when nothing went beyond tolerance, 1 when something did (an op, a module, or a printed
 line of the whole run), 2 for a usage error; the program's own non-zero status when it failed without a
-divergence.
+divergence (1 when only a whole run failed). A failed run is reported first, with its exception.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+import traceback
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -118,9 +120,10 @@ def compare(program: list[str], *, backends: tuple[str, str], ref_device_type: s
     if module and program[0] == "pytest":
         command = ["torchdevice", "compare", "--backends", ",".join(backends), "-m", *program]
         return _compare_tests(command, backends, program[1:], out_abs, started)
+    error = None
     if level == "op":
         collector = report.Collector()
-        status = _lockstep(program, module, backends[1], ref_device_type, collector, rtol, atol)
+        status, error = _lockstep(program, module, backends[1], ref_device_type, collector, rtol, atol)
     else:
         from . import modules
 
@@ -138,13 +141,16 @@ def compare(program: list[str], *, backends: tuple[str, str], ref_device_type: s
     tolerance = {"rtol": rtol if rtol is not None else "per dtype", "atol": atol if atol is not None else "per dtype"}
     data = report.report_dict(command=command, backends=backends, level=level, collector=collector,
                               whole_run=whole_result, program_status=status, tolerance=tolerance,
-                              modules=module_rows, module_first=module_first, duration=time.time() - started)
+                              modules=module_rows, module_first=module_first, duration=time.time() - started,
+                              device_type=_device_type(backends[1]), program_error=error)
     sys.stdout.flush()
     print(render.format_text(data), end="", file=sys.stderr)
     if out_abs:
         render.write(out_abs, data)
     if report.diverged(data):
         return EXIT_DIVERGED
+    if data["failed"]:  # the program's own status, else 1 (a whole run failed)
+        return status if isinstance(status, int) and status else EXIT_DIVERGED
     return status if isinstance(status, int) else 1
 
 
@@ -170,18 +176,34 @@ def _compare_tests(command: list[str], backends: tuple[str, str], args: list[str
 
 
 def _lockstep(program: list[str], module: bool, backend: str, ref_device_type: str, collector: report.Collector,
-              rtol: float | None, atol: float | None) -> int:
+              rtol: float | None, atol: float | None) -> tuple[int, str | None]:
+    """Run the program on ``backend`` under the shadow mode: (exit status, its uncaught exception's line)."""
     import torch
 
     import torchdevice
 
     from .. import run as run_mod
+    from .autocast import AutocastProbe
     from .shadow import ModuleTracker, ShadowMode
 
     tracker = ModuleTracker()
-    mode = ShadowMode(torch.device(ref_device_type), collector.record, tracker, rtol, atol)
+    device_type = _device_type(backend)
+    mode = ShadowMode(torch.device(ref_device_type), collector.record, tracker, rtol, atol, device_type)
+    # one autocast policy where B's device type is the reference's: no probe (it is a mode torch.compile sees)
+    probe = AutocastProbe(mode, device_type) if device_type != ref_device_type else contextlib.nullcontext()
+    uncaught: list[str] = []
+    hook = sys.excepthook
+
+    def note(kind: type[BaseException], exc: BaseException, tb: object) -> None:  # run prints through it
+        uncaught.append("".join(traceback.format_exception_only(kind, exc)).strip().splitlines()[-1])
+        hook(kind, exc, tb)  # type: ignore[arg-type]
+
+    sys.excepthook = note
     try:
-        with torchdevice.use(backend), tracker, mode:  # use(): B even where the process chose another backend
-            return run_mod.run(program[0], program[1:], module=module, backend=backend)
+        with torchdevice.use(backend), tracker, mode, probe:  # use(): B even where the process chose another
+            status = run_mod.run(program[0], program[1:], module=module, backend=backend)
     except SystemExit as exc:
-        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        status = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.excepthook = hook
+    return status, uncaught[-1] if uncaught else None

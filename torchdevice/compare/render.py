@@ -42,7 +42,10 @@ def _first_lines(data: dict) -> list[str]:
         return _tests_lines(data)
     first = data.get("first_divergence")
     if first is None:
-        return [f"No {'op' if data['level'] == 'op' else 'module'} went beyond tolerance."]
+        what = "op" if data["level"] == "op" else "module"
+        if data.get("failed"):  # not a clean bill: the run stopped
+            return [f"No {what} compared before the failure went beyond tolerance."]
+        return [f"No {what} went beyond tolerance."]
     errs = first.get("errors", {})
     what = first.get("op") or "module output"
     return [f"First divergence: `{what}` in `{first.get('module') or '(no module)'}` at `{first.get('location')}` "
@@ -64,9 +67,47 @@ def _whole_lines(data: dict) -> list[str]:
             f"    {data['reference']}: {first['reference']}", f"    {data['backend']}: {first['backend']}"]
 
 
+def _calls(n: int) -> str:
+    return f"{n} call" if n == 1 else f"{n} calls"
+
+
+def _failed_lines(data: dict) -> list[str]:
+    """First in every report: the runs that failed, so their ops are not taken for a clean comparison."""
+    return [f"FAILED: the program failed {f['run']} (exit status {f['exit_status']})"
+            + (f": {f['error']}" if f.get("error") else "") + " -- the comparison covers what ran before it."
+            for f in data.get("failed") or []]
+
+
+_CAUSE_ROWS = 10  # rows of each cause printed; the report (--out) lists them all
+
+
+def _cause_lines(data: dict) -> list[str]:
+    """Why the whole runs can differ while no op does: random ops, autocast policies."""
+    lines = []
+    random_ops = data.get("random_ops") or []
+    if random_ops:
+        calls = sum(r["calls"] for r in random_ops)
+        lines.append(f"Random ops: {_calls(calls)} of {len(random_ops)} random op(s) drew on {data['backend']}; "
+                     f"they draw from each backend's own generator, so their results differ between the "
+                     f"backends by design and are not compared op by op:")
+        lines += [f"    `{r['op']}` in `{r['module']}` at `{r['location']}`: {_calls(r['calls'])}"
+                  for r in random_ops[:_CAUSE_ROWS]]
+    autocast = data.get("autocast_dtypes") or []
+    if autocast:
+        ref, backend = data["reference"], data["backend"]
+        lines.append(f"Autocast: the backends' autocast policies differ; {len(autocast)} op(s) ran in "
+                     f"another dtype on each side:")
+        lines += [f"    `{r['aten_op']}` of `{r['op']}` in `{r['module']}` at `{r['location']}`: {r['backend_dtype']} "
+                  f"on {backend}, {r['reference_dtype']} on {ref} ({_calls(r['calls'])})" for r in autocast[:_CAUSE_ROWS]]
+    if len(random_ops) > _CAUSE_ROWS or len(autocast) > _CAUSE_ROWS:
+        lines.append("    (the report written with --out lists them all)")
+    return lines
+
+
 def format_text(data: dict) -> str:
     """The few lines ``torchdevice compare`` prints."""
     lines = [f"torchdevice compare: {data['backend']} against reference {data['reference']}, level {data['level']}"]
+    lines += _failed_lines(data)
     summary = data.get("summary", {})
     if data["level"] == "tests":
         return "\n".join(lines + _first_lines(data)) + "\n"
@@ -76,18 +117,20 @@ def format_text(data: dict) -> str:
     else:
         lines.append(f"{summary.get('modules_compared', 0)} module outputs compared, "
                      f"{summary.get('modules_over_tolerance', 0)} over tolerance")
-    return "\n".join(lines + _first_lines(data) + _whole_lines(data)) + "\n"
+    return "\n".join(lines + _first_lines(data) + _whole_lines(data) + _cause_lines(data)) + "\n"
 
 
 def format_markdown(data: dict, max_rows: int = 200) -> str:
-    out = ["# torchdevice compare", "",
-           f"- Command: `{shlex.join(data['command'])}`",
+    out = ["# torchdevice compare", ""]
+    out += [f"**{line}**" for line in _failed_lines(data)] + ([""] if data.get("failed") else [])
+    out += [f"- Command: `{shlex.join(data['command'])}`",
            f"- Backend `{data['backend']}` against reference `{data['reference']}`, level `{data['level']}`",
            f"- Tolerance: {data['tolerance']}", f"- Program exit status: {data['program_status']}",
            f"- Summary: {data['summary']}", ""]
     out += [f"**{line}**" if i == 0 else line for i, line in enumerate(_first_lines(data))] + [""]
     if data["level"] != "tests":
         out += _whole_lines(data) + [""]
+    out += _cause_tables(data)
     if data["ops"]:
         rows = sorted(data["ops"], key=lambda r: -_sort_value(r.get("max_rel")))[:max_rows]
         out += [f"## Ops (worst relative error first; {len(rows)} of {len(data['ops'])})", "",
@@ -101,6 +144,20 @@ def format_markdown(data: dict, max_rows: int = 200) -> str:
         out += ["| " + " | ".join(_cell(_num(m.get(c, ""))) or "(none)" for c in cols) + " |" for m in data["modules"]]
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def _table(title: str, rows: list[dict], columns: tuple[str, ...]) -> list[str]:
+    if not rows:
+        return []
+    return ([f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) - 1) + "---:|"]
+            + ["| " + " | ".join(_cell(_num(r.get(c, ""))) for c in columns) + " |" for r in rows] + [""])
+
+
+def _cause_tables(data: dict) -> list[str]:
+    return (_table("Random ops (each backend draws from its own generator)", data.get("random_ops") or [],
+                   ("op", "module", "location", "device", "calls"))
+            + _table("Autocast: ops that ran in another dtype on each side", data.get("autocast_dtypes") or [],
+                     ("op", "aten_op", "module", "location", "backend_dtype", "reference_dtype", "calls")))
 
 
 def _module_columns(data: dict) -> tuple[str, ...]:
@@ -168,7 +225,8 @@ def format_html(data: dict) -> str:
     mod_cols = _module_columns(data)
     mod_rows = "".join("<tr>" + "".join(f"<td>{esc(_num(m.get(c, '')))}</td>" for c in mod_cols) + "</tr>"
                        for m in data["modules"])
-    text = "".join(f"<p>{esc(line)}</p>" for line in _first_lines(data) + _whole_lines(data))
+    text = "".join(f"<p>{esc(line)}</p>" for line in _failed_lines(data) + _first_lines(data) + _whole_lines(data)
+                   + _cause_lines(data))
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>torchdevice compare</title><style>"
         "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"

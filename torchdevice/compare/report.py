@@ -8,6 +8,14 @@ The report (JSON-ready dict) has:
   went over tolerance and the worst errors of its calls;
 * ``modules``: one row per module path (ops run directly in it), in the order first seen, worst errors;
 * ``whole_run``: the two whole runs' printed numbers compared line by line (or ``None`` when not run);
+* ``failed``: each run that ended with a non-zero status (the program under compare, a whole run), with
+  its exception's last line where known; empty when every run finished;
+* ``random_ops``: the random ops (tagged ``nondeterministic_seeded``) that drew on backend B's device, one
+  row per (op, module, location): each draws from its backend's own generator, so they are not compared
+  op by op and explain whole runs that differ while no op does;
+* ``autocast_dtypes``: under autocast, the ATen ops (``aten_op``) that ran in another dtype under the
+  reference's autocast policy than under B's, with the torch function the program called (``op``), one
+  row per function, op, module, location and dtype pair;
 * ``summary``: counts (ops compared, over tolerance, reference failures, not re-run).
 """
 from __future__ import annotations
@@ -29,9 +37,21 @@ class Collector:
         self.diverged = 0
         self.reference_failed = 0
         self.failures: dict[str, int] = {}
+        self.random: dict[tuple, dict] = {}
+        self.autocast: dict[tuple, dict] = {}
+        self.unprobed: dict[str, str] = {}  # functions the autocast probe could not run on the reference
 
     def record(self, entry: dict) -> None:
         status = entry.get("status", "")
+        if status == "random":
+            _count(self.random, entry, ("op", "module", "location", "device"))
+            return
+        if status == "autocast":
+            _count(self.autocast, entry, ("op", "aten_op", "module", "location", "reference_dtype", "backend_dtype"))
+            return
+        if status == "autocast unprobed":
+            self.unprobed.setdefault(entry["op"], entry["error"])
+            return
         key = (entry["op"], entry["module"], entry["location"], entry["phase"])
         row = self.ops.get(key)
         if row is None:
@@ -68,7 +88,17 @@ class Collector:
 
     def summary(self) -> dict:
         return {"ops_compared": self.compared, "ops_over_tolerance": self.diverged,
-                "reference_failed": self.reference_failed, "reference_failed_ops": dict(self.failures)}
+                "reference_failed": self.reference_failed, "reference_failed_ops": dict(self.failures),
+                "autocast_unprobed": dict(self.unprobed)}
+
+
+def _count(rows: dict[tuple, dict], entry: dict, fields: tuple[str, ...]) -> None:
+    """One row per distinct ``fields`` of ``entry``, counting its calls."""
+    key = tuple(entry[f] for f in fields)
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = {**{f: entry[f] for f in fields}, "calls": 0}
+    row["calls"] += 1
 
 
 def _clean(value: object) -> object:
@@ -84,14 +114,21 @@ def _clean(value: object) -> object:
 
 def report_dict(*, command: list[str], backends: tuple[str, str], level: str, collector: Collector | None,
                 whole_run: dict | None, program_status: int | None, tolerance: dict, modules: list[dict] | None = None,
-                module_first: dict | None = None, duration: float = 0.0) -> dict:
+                module_first: dict | None = None, duration: float = 0.0, device_type: str | None = None,
+                program_error: str | None = None) -> dict:
+    """The report; ``device_type``: backend B's (its random ops are those that drew on it),
+    ``program_error``: the exception that ended the program's run under compare, if one did."""
     from .. import __version__
 
+    random_ops: list[dict] = []
+    autocast_dtypes: list[dict] = []
     if collector is not None:
         first = collector.first_divergence
         ops = list(collector.ops.values())
         module_rows = list(collector.modules.values())
         summary = collector.summary()
+        random_ops = [r for r in collector.random.values() if device_type is None or r["device"] == device_type]
+        autocast_dtypes = list(collector.autocast.values())
     else:
         first, ops, module_rows = module_first, [], modules or []
         summary = {"modules_compared": len(module_rows),
@@ -104,13 +141,29 @@ def report_dict(*, command: list[str], backends: tuple[str, str], level: str, co
         "level": level,
         "tolerance": tolerance,
         "program_status": program_status,
+        # at level tests pytest's status is the tests' outcomes, compared test by test instead
+        "failed": [] if level == "tests" else _failures(backends, program_status, program_error, whole_run),
         "duration_s": round(duration, 3),
         "first_divergence": first,
         "summary": summary,
         "whole_run": whole_run,
         "ops": ops,
         "modules": module_rows,
+        "random_ops": random_ops,
+        "autocast_dtypes": autocast_dtypes,
     }))
+
+
+def _failures(backends: tuple[str, str], status: int | None, error: str | None, whole_run: dict | None) -> list[dict]:
+    """Each run that ended with a non-zero status: the program under compare (on B), each whole run."""
+    failed = []
+    if status:
+        failed.append({"run": f"under compare on {backends[1]}", "exit_status": status, "error": error})
+    for backend, code in ((whole_run or {}).get("exit_status") or {}).items():
+        if code:
+            failed.append({"run": f"whole run on {backend}", "exit_status": code,
+                           "error": (whole_run or {}).get("errors", {}).get(backend)})
+    return failed
 
 
 def diverged(data: dict) -> bool:

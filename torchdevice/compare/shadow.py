@@ -8,7 +8,9 @@ every tensor output (and ``.item()``'s number) with :func:`torchdevice.compare.m
 error is therefore its own: the reference starts from B's inputs, never from its own earlier results.
 
 Not re-run on the reference: random ops (tagged ``nondeterministic_seeded``: re-running them would draw from
-the reference's generator and change the program's random stream), ops whose output is uninitialized
+the reference's generator and change the program's random stream; they are recorded with status
+``random`` and the device they drew on, for the report's ``random_ops``; a random-tagged op that left its
+generator's state as it was drew nothing and is compared), ops whose output is uninitialized
 (``empty*``), ops outside the ``aten`` namespace. An op the reference cannot run is recorded as
 ``reference failed: <error>`` and the program goes on.
 
@@ -36,12 +38,13 @@ from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import metrics
+from . import fallbacks, metrics
 
 #: the module path of ops run outside every module
 TOP_LEVEL = "(top level)"
 _EMPTY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 _NONDET = getattr(torch.Tag, "nondeterministic_seeded", None)
+_UNRUN = object()
 
 
 # -- where an op was called from ----------------------------------------------------------------------------
@@ -206,13 +209,23 @@ class ShadowMode(TorchDispatchMode):
     """Run every ATen op on the reference device too and hand the comparison to ``record(entry)``."""
 
     def __init__(self, ref_device: torch.device, record: Callable[[dict], None], tracker: ModuleTracker | None = None,
-                 rtol: float | None = None, atol: float | None = None) -> None:
+                 rtol: float | None = None, atol: float | None = None, device_type: str | None = None) -> None:
         super().__init__()
         self.ref_device = ref_device
         self.record = record
         self.tracker = tracker
         self.rtol, self.atol = rtol, atol
         self.index = 0
+        self.paused = False  # the autocast probe's own work on the reference: not the program's
+        self.device_type = device_type  # backend B's: its Python fallback is covered (.fallbacks)
+        self._seen: set[str] = set()
+        self.trace: list[tuple[str, torch.dtype | None]] | None = None  # (op, output dtype), for .autocast
+        self._covered = device_type is None
+
+    def cover(self) -> None:
+        """Enter B's Python fallback for every op (:mod:`.fallbacks`), once B's plugin has registered it."""
+        if not self._covered and self.device_type is not None and fallbacks.cover(self.device_type):
+            self._covered = True
 
     def _to_ref(self, x: object) -> object:
         if not isinstance(x, torch.Tensor):
@@ -226,8 +239,27 @@ class ShadowMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: OpOverload, types: Collection[type], args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if self.trace is None:
+            return self._dispatch(func, args, kwargs)
+        out = self._dispatch(func, args, kwargs)
+        self.trace.append((str(func), _float_dtype(out)))
+        return out
+
+    def _dispatch(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.paused:
+            return func(*args, **kwargs)
+        self.cover()
+        name = func.name()
+        if name not in self._seen:  # an op defined after the ops were covered
+            self._seen.add(name)
+            if self._covered and self.device_type is not None:
+                fallbacks.cover(self.device_type, [name])
         skip = self._skip_reason(func)
-        if skip is not None:
+        if skip == "random":
+            before = _draw_state(args, kwargs)
+            if before is None:  # a generator it cannot read: taken to draw
+                return self._random(func, args, kwargs)
+        elif skip is not None:
             return func(*args, **kwargs)
         # the reference's work runs on one torch thread: on a small machine, torch's intra-op threads woken for
         # each small op between the backend's own cost tens of times the arithmetic (measured 7x the whole run)
@@ -243,6 +275,8 @@ class ShadowMode(TorchDispatchMode):
         finally:
             torch.set_num_threads(threads)
         out = func(*args, **kwargs)
+        if skip == "random" and not _same_state(before, _draw_state(args, kwargs)):
+            return self._random(func, args, kwargs, out)
         self.index += 1
         entry = {"index": self.index, "op": str(func), "module": self._module(),
                  "location": program_location(2), "phase": self._phase()}
@@ -253,13 +287,24 @@ class ShadowMode(TorchDispatchMode):
         torch.set_num_threads(1)
         try:
             try:
-                ref_out = func(*ref_args, **ref_kwargs)
+                with torch.random.fork_rng(devices=[], enabled=skip == "random"):  # it did not draw on B either
+                    ref_out = func(*ref_args, **ref_kwargs)
             except Exception as exc:  # noqa: BLE001
-                self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {_first_line(exc)}"})
+                self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {first_line(exc)}"})
                 return out
             self.record(self._compare(entry, func, args, out, ref_out))
         finally:
             torch.set_num_threads(threads)
+        return out
+
+    def _random(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], out: object = _UNRUN) -> object:
+        """Record a random op that drew from B's generator (run it first where it has not run)."""
+        if out is _UNRUN:
+            out = func(*args, **kwargs)
+        self.index += 1
+        self.record({"index": self.index, "op": str(func), "module": self._module(),
+                     "location": program_location(3), "phase": self._phase(), "status": "random",
+                     "device": _device_of(out, kwargs)})
         return out
 
     @staticmethod
@@ -309,6 +354,48 @@ class ShadowMode(TorchDispatchMode):
         return {**entry, **found, "outputs": compared, "status": "ok" if found["within"] else "diverged"}
 
 
-def _first_line(exc: BaseException) -> str:
+def _draw_state(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The state of the generator a random op would draw from (its ``generator=``, else its device's
+    default one), or None where it cannot be read: a random-tagged op that left it as it was drew nothing
+    (``scaled_dot_product_attention`` with ``dropout_p=0``) and is compared like any other op."""
+    generator = kwargs.get("generator")
+    if generator is not None:
+        return generator.get_state()
+    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    device = tensors[0].device if tensors else kwargs.get("device")
+    if device is None:
+        return None
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.get_rng_state()
+    try:
+        module = torch.get_device_module(device.type)
+        return module.get_rng_state(device.index if device.index is not None else module.current_device())
+    except Exception:  # noqa: BLE001 - a device module without one: the op is taken to draw
+        return None
+
+
+def _same_state(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
+    return before is not None and after is not None and torch.equal(before, after)
+
+
+def _float_dtype(value: object) -> torch.dtype | None:
+    """The dtype of the first floating-point tensor in ``value``, or None."""
+    for leaf in tree_flatten(value)[0]:
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            return leaf.dtype
+    return None
+
+
+def _device_of(out: object, kwargs: dict[str, Any]) -> str:
+    """The device type a random op drew on: its first tensor output's (whose generator it used)."""
+    for leaf in tree_flatten(out)[0]:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device.type
+    device = kwargs.get("device")
+    return torch.device(device).type if device is not None else "?"
+
+
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else ""

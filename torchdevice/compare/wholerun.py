@@ -76,14 +76,17 @@ def whole_run(backends: tuple[str, str], program: list[str], module: bool, rtol:
     """Both runs and their comparison: the dict of :func:`compare_outputs` with each run's exit status."""
     statuses = []
     outputs = []
+    errors = {}
     for backend in backends:
         status, out, err = run_program(backend, program, module)
         statuses.append(status)
         outputs.append(out)
         if status != 0:
             outputs[-1] = out + "".join(f"[stderr] {line}\n" for line in err.splitlines()[-3:])
+            errors[backend] = next((line for line in reversed(err.splitlines()) if line.strip()), None)
     result = compare_outputs(outputs[0], outputs[1], rtol, atol)
     result["exit_status"] = {backends[0]: statuses[0], backends[1]: statuses[1]}
+    result["errors"] = errors  # a failed run's last line on stderr (its exception, usually)
     if statuses[0] != statuses[1] and result["first_difference"] is None:
         result["first_difference"] = {"line": None, "reference": None, "backend": None,
                                       "why": f"exit status {statuses[1]} against {statuses[0]}"}
