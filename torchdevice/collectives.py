@@ -61,7 +61,7 @@ class DeviceComm(CollectiveOps):
     def _device(self, index: int | None) -> torch.device:
         if index == HOST or self.device_type == "cpu":
             return _Device("cpu")
-        return _Device(self.device_type, index)
+        return _Device(self.device_type) if index is None else _Device(self.device_type, index)
 
     def _index_of(self, tensor: torch.Tensor) -> int | None:
         """The backend device index ``tensor`` lives on; None for a tensor elsewhere (host memory)."""

@@ -31,7 +31,7 @@ import sysconfig
 import types
 import weakref
 from collections.abc import Collection
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 from torch._ops import OpOverload
@@ -39,6 +39,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import fallbacks, metrics
+
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
 
 #: the module path of ops run outside every module
 TOP_LEVEL = "(top level)"
@@ -183,18 +186,23 @@ class ModuleTracker:
                 break
 
 
+def _metadata(node: Node) -> dict[str, Any]:
+    """A node's metadata dict: a property of every node at run time, which torch's ``Node`` declares as a method."""
+    return cast("dict[str, Any]", node.metadata)
+
+
 def _tag_graph(output: object, stop: set[int], path: str) -> None:
     """Mark the autograd nodes a module call made (from its outputs back to its inputs) with its path, so that
     the backward ops they run are named after the module (inner modules, finishing first, keep their own)."""
     leaves, _ = tree_flatten(output)
-    todo = [t.grad_fn for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    todo: list[Node | None] = [t.grad_fn for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     seen: set[int] = set()
     while todo:
         node = todo.pop()
         if node is None or id(node) in seen or id(node) in stop:
             continue
         seen.add(id(node))
-        meta = node.metadata
+        meta = _metadata(node)
         if _MODULE_KEY not in meta:
             meta[_MODULE_KEY] = path
         todo.extend(next_node for next_node, _ in node.next_functions)
@@ -323,7 +331,7 @@ class ShadowMode(TorchDispatchMode):
         node = torch._C._current_autograd_node()
         if node is not None:
             try:
-                owner = node.metadata.get(_MODULE_KEY)
+                owner = _metadata(node).get(_MODULE_KEY)
             except Exception:  # noqa: BLE001 - a node without Python metadata
                 owner = None
             return f"{owner or TOP_LEVEL} (backward {node.name().rsplit('::', 1)[-1]})"

@@ -49,9 +49,10 @@ def _wrap_group_factory(orig: _Fn, what: str, *, has_device_id: bool = False) ->
 
 
 def _done_work() -> Work:
-    from torch._C._distributed_c10d import _create_work_from_future
+    # torch's stubs lack it; torch.distributed's own code makes completed works with it
+    from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
 
-    future = torch.futures.Future()
+    future: torch.futures.Future[None] = torch.futures.Future()
     future.set_result(None)
     return _create_work_from_future(future)
 

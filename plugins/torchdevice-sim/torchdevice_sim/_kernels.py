@@ -54,6 +54,11 @@ def _leaves(value: Any, out: list) -> list:
     return out
 
 
+def _view_like(source: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
+    """A view of ``source`` with the metadata the meta kernel gave ``meta``."""
+    return torch.ops.aten.as_strided(source, meta.size(), meta.stride(), meta.storage_offset())
+
+
 def _map(fn: Callable[[Any], Any], value: Any) -> Any:
     if isinstance(value, list):
         return [_map(fn, v) for v in value]
@@ -172,8 +177,7 @@ class Fallback:
                 results.append(source)
                 fresh.extend([source] if any(source is t for t in outgrown.values()) else [None] * len(_leaves(value, [])))
             else:  # a view: same memory, new metadata
-                results.append(_map(lambda m, s=source: torch.ops.aten.as_strided(s, m.size(), m.stride(), m.storage_offset()),
-                                    value))
+                results.append(_map(functools.partial(_view_like, source), value))
                 fresh.extend([None] * len(_leaves(value, [])))
         writes = schema.is_mutable or any(t is not None for t in fresh)
         if writes:

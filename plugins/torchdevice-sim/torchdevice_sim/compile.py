@@ -103,10 +103,10 @@ def _fake_mode_keeps_constants_on_host() -> None:
     def avoid_device_init(self: Any) -> bool:
         if torch._C._get_privateuse1_backend_name() == runtime.DEVICE_TYPE:
             return not (torch.cuda.is_available() or (hasattr(torch, "hpu") and torch.hpu.is_available()))
-        return original.fget(self)
+        return original.fget(self)  # type: ignore[attr-defined]  # mypy reads a property got from the class as its getter
 
     avoid_device_init._sim = True  # type: ignore[attr-defined]
-    FakeTensorMode.avoid_device_init = property(avoid_device_init)  # type: ignore[method-assign]
+    FakeTensorMode.avoid_device_init = property(avoid_device_init)  # type: ignore[method-assign, assignment]
 
 
 def _interface() -> type:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by torch.distributed
 
 from . import runtime
 
@@ -80,7 +81,9 @@ class SimProcessGroup(_Base):  # type: ignore[misc,valid-type]
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
-        self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # Any: torch's stubs declare send, recv, recv_anysource and monitored_barrier on ProcessGroup only, where
+        # ProcessGroupGloo (a Backend) has them too
+        self.gloo: Any = dist.ProcessGroupGloo(store, rank, size, timeout)
         for device in DEVICES:  # what torch asks of a group bound to a device (init_process_group(device_id=...))
             self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self.gloo)
 
@@ -106,13 +109,13 @@ class SimProcessGroup(_Base):  # type: ignore[misc,valid-type]
         return self._blocking("reduce", tensors, tensors, opts or dist.ReduceOptions())
 
     def allgather(self, outputs: list, inputs: list, opts: Any = None) -> Any:
-        return self._blocking("allgather", outputs, outputs, inputs, opts or dist.AllgatherOptions())
+        return self._blocking("allgather", outputs, outputs, inputs, opts or AllgatherOptions())
 
     def allgather_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Any:
-        return self._blocking("allgather_coalesced", outputs, outputs, inputs, opts or dist.AllgatherOptions())
+        return self._blocking("allgather_coalesced", outputs, outputs, inputs, opts or AllgatherOptions())
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        return self._blocking("_allgather_base", [output], output, input, opts or dist.AllgatherOptions())
+        return self._blocking("_allgather_base", [output], output, input, opts or AllgatherOptions())
 
     def all_gather_single_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Any:
         for output, input in zip(outputs, inputs):  # gloo has no coalesced form: one after another
