@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from datetime import timedelta
 
 import pytest
 import torch
@@ -136,3 +137,17 @@ def test_dtensor_random_ops_use_sims_philox_offsets(synced, tmp_path):
         assert 0 < int((draws[0][1] == 0).sum()) < 60
     finally:
         dist.destroy_process_group()
+
+
+def test_gathers_without_options_take_torchs_defaults(sim, tmp_path):
+    """simccl's allgather, allgather_coalesced and all_gather_single called with no options (as a caller of the
+    backend object may) use c10d's default AllgatherOptions, which torch.distributed does not re-export."""
+    from torchdevice_sim.distributed import SimProcessGroup
+
+    group = SimProcessGroup(dist.FileStore(str(tmp_path / "store"), 1), 0, 1, timedelta(seconds=30))
+    x = torch.arange(4.0, device="sim")
+    out = [torch.empty(4, device="sim")]
+    group.allgather([out], [x]).wait()
+    single = torch.empty(4, device="sim")
+    group.all_gather_single(single, x).wait()
+    assert torch.equal(out[0].cpu(), x.cpu()) and torch.equal(single.cpu(), x.cpu())
