@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import devices, translate
+from torchdevice import devices, router, translate
 from torchdevice._patching import Patcher
 
 RealDevice = torch.device
@@ -206,7 +206,7 @@ def test_load_with_a_rank_remap_table_that_misses_the_saved_location(on_cpu, tmp
 @pytest.fixture
 def meta_target():
     translate.unpatch()
-    target = translate.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset({"cuda", "mps", "xpu", "mtia"}))
+    target = router.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset({"cuda", "mps", "xpu", "mtia"}))
     patcher = Patcher()
     devices.install(patcher, target)
     try:

@@ -66,10 +66,11 @@ def test_backend_argument_maps_to_the_backends_engine(translated, target, given,
 
 def _as_target(monkeypatch, device_type, engine, count=2):
     """Point the installed translation at another backend's shape (no such hardware needed)."""
-    from torchdevice.translate import SOURCE_TYPES, Target
+    from torchdevice.router import Target
+    from torchdevice.vocabulary import SOURCE_FAMILIES
 
     target = Target("fake-" + device_type, device_type, count, None, None, None, None,  # type: ignore[arg-type]
-                    sources=frozenset(t for t in SOURCE_TYPES if t != device_type))
+                    sources=frozenset(t for t in SOURCE_FAMILIES if t != device_type))
     monkeypatch.setattr(tddist._state, "target", target)
     monkeypatch.setattr(tddist._state, "engine", engine)
     monkeypatch.setattr(tddist._state, "backend_name", target.name)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import streams
+from torchdevice import streams, vocabulary
 from torchdevice.errors import UnsupportedError
 
 
@@ -145,8 +145,8 @@ def test_subclassing_host_stream_ops_pairs_its_stream_and_event(on_cpu):
 
 
 def test_device_like_objects_name_their_index(on_cpu):
-    assert streams.index_in("cuda:1") == 1 and streams.index_in("cuda") is None
-    assert streams.index_in(types.SimpleNamespace(index=1)) == 1  # anything with an index, as torch.device
+    assert vocabulary.index_in("cuda:1") == 1 and vocabulary.index_in("cuda") is None
+    assert vocabulary.index_in(types.SimpleNamespace(index=1)) == 1  # anything with an index, as torch.device
 
 
 def test_stream_and_event_devices_agree_with_the_tensors_under_translation(two_devices):

@@ -12,7 +12,7 @@ import torch.cuda.comm  # noqa: F401  (so the identity snapshot covers it)
 import torch.cuda.nccl  # noqa: F401  (likewise)
 
 import torchdevice
-from torchdevice import UnsupportedError, namespaces, plugins, trace, translate
+from torchdevice import UnsupportedError, namespaces, plugins, router, trace, translate
 from torchdevice._patching import Patcher
 from torchdevice.backend import STATUS_ATTR, Status
 from torchdevice.errors import InvalidDeviceError
@@ -107,7 +107,7 @@ def test_only_source_namespaces_are_fronted(on_target):
     try:
         assert all(vars(torch.cuda)[k] is v for k, v in cuda_before.items())
         assert torch.mps.synchronize is not mps_before["synchronize"]
-        on_cuda = translate.Target("fake", "cuda", 1, None, None, None, None)
+        on_cuda = router.Target("fake", "cuda", 1, None, None, None, None)
         assert namespaces.status(on_cuda, "cuda", "memory_allocated")[0] is Status.NATIVE
     finally:
         p.restore()
@@ -586,7 +586,7 @@ def test_nccl_version_is_the_engines_where_it_has_one(on_cpu, restore_rng):
     torchdevice.use("versioned")
     with torchdevice.patched():
         assert torch.cuda.nccl.version() == (2, 21, 5)
-    assert namespaces.api_status(translate.Target("versioned", "cpu", 1, None, None, None, VersionedCollectives("v")),
+    assert namespaces.api_status(router.Target("versioned", "cpu", 1, None, None, None, VersionedCollectives("v")),
                                  "torch.cuda.nccl.version") == (Status.TRANSLATED, "the ccl library's version")
 
 
@@ -603,7 +603,7 @@ def test_wrappers_carry_their_status(patched, target):
 def test_fronted_names_exist_in_torch():
     for ns in namespaces.NAMESPACES:
         for api in namespaces.fronted(ns):
-            assert namespaces.api_status(translate.Target("cpu", "cpu", 1, None, None, None, None), api) is not None, api
+            assert namespaces.api_status(router.Target("cpu", "cpu", 1, None, None, None, None), api) is not None, api
 
 
 def test_switching_backend_reinstalls(on_cpu):

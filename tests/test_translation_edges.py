@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 import torchdevice
-from torchdevice import devices, trace, translate
+from torchdevice import devices, router, trace, translate
 from torchdevice._patching import Patcher
 from torchdevice.errors import InvalidDeviceError
 
@@ -147,7 +147,7 @@ def meta_spied(monkeypatch, on_cpu):
 
     monkeypatch.setattr(torch.Tensor, "to", tensor_to)
     monkeypatch.setattr(nn.Module, "to", module_to)
-    target = translate.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset(SOURCES))
+    target = router.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset(SOURCES))
     patcher = Patcher()
     devices.install(patcher, target)
     try:
@@ -188,7 +188,7 @@ def test_moves_hand_the_target_device_and_their_options_to_to(meta_spied):
 def test_moves_land_on_an_indexed_target(on_cpu):
     translate.unpatch()
     patcher = Patcher()
-    devices.install(patcher, translate.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset(SOURCES)))
+    devices.install(patcher, router.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset(SOURCES)))
     try:
         assert torch.ones(1).cuda().device.type == "meta"
         assert torch.ones(1).cuda(1).device.type == "meta"

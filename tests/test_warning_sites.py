@@ -105,10 +105,10 @@ def test_a_backend_without_autocast_warns_at_the_programs_line(on_cpu, monkeypat
 # raised while translation is set up, not at any line of the program: they name the variable and are
 # located at "<torchdevice...>". A deprecation is located at the plugin's line that uses the old name
 # (stacklevel=2), which is a plugin author's line, not the program's; so is the deprecated import path
-# torchdevice.comm's (at the importing line). Every other warning goes through trace.warn.
+# torchdevice.comm's and torchdevice.translate.SOURCE_TYPES' (at the importing line). Every other warning goes through trace.warn.
 _CONFIGURATION_WARNINGS = {("amp.py", "_implicit_dtype"), ("plugins.py", "timeout"),
                            ("plugins.py", "_warn_unknown"), ("autoload.py", "_warn"), ("router.py", "backend"),
-                           ("comm.py", "__getattr__")}
+                           ("comm.py", "__getattr__"), ("translate.py", "__getattr__")}
 
 
 def _direct_warning_calls() -> set[tuple[str, str]]:

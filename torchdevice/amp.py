@@ -65,7 +65,7 @@ from .backend import STATUS_ATTR, Status
 
 if TYPE_CHECKING:
     from ._patching import Patcher
-    from .translate import Target
+    from .router import Target
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

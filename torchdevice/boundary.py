@@ -52,7 +52,7 @@ from .importhooks import WrappedLoader, WrappingFinder
 
 if TYPE_CHECKING:
     from ._patching import Patcher
-    from .translate import Target
+    from .router import Target
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

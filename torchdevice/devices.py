@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from torch.types import Device
 
     from ._patching import Patcher
-    from .translate import Target
+    from .router import Target
 
     _Fn = Callable[..., Any]  #: a torch function or method, and its wrapper
 

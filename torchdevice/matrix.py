@@ -57,7 +57,6 @@ from .vocabulary import SOURCE_FAMILIES
 
 #: The project's own backends, in the order the matrix shows them (others follow, by name).
 PROJECT_BACKENDS = ("cpu", "mlx", "cuda", "mps", "xpu", "mtia", "sim")
-SOURCE_TYPES = SOURCE_FAMILIES  # its old name here
 
 STATUS_ORDER = (Status.NATIVE, Status.TRANSLATED, Status.EMULATED, Status.NOOP, Status.UNSUPPORTED)
 LEGEND = {
@@ -170,7 +169,7 @@ def _dist_backend(v: Target, name: str) -> tuple[Status, str] | None:
     engine = getattr(v.collectives, "dist_backend", None)
     if name == engine:
         return Status.NATIVE, f"the {v.name} backend's own torch.distributed engine"
-    foreign = distributed._foreign_engines(v.device_type, [t for t in SOURCE_TYPES if t != v.device_type])
+    foreign = distributed._foreign_engines(v.device_type, [t for t in SOURCE_FAMILIES if t != v.device_type])
     if name in foreign:
         init = _distributed(v, "torch.distributed.init_process_group")
         if init[0] is Status.UNSUPPORTED:
@@ -209,7 +208,7 @@ def _backend_flag(v: Target, api: str) -> tuple[Status, str] | None:
 def _device_use(v: Target, kind: str, device_type: str) -> tuple[Status, str] | None:
     if device_type == "cpu" and kind == "device":
         return Status.NATIVE, "explicit cpu stays on the CPU"
-    if device_type not in SOURCE_TYPES:
+    if device_type not in SOURCE_FAMILIES:
         return None
     if device_type == v.device_type:
         return Status.NATIVE, f"{device_type} is the {v.name} backend's own device type: nothing to translate"
@@ -306,7 +305,7 @@ def extra_rows(backends: Iterable[str] | str | None = None) -> list[Row]:
     names = _resolve_backends(backends)
     in_catalog = {e.api for e in catalog.entries()}
     apis: list[str] = []
-    for ns in SOURCE_TYPES:
+    for ns in SOURCE_FAMILIES:
         apis += [a for a in namespaces.fronted(ns) if a not in in_catalog]
     apis += namespaces.accelerator.apis()
     if names:

@@ -66,8 +66,8 @@ import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .router import Target
     from .trace import APIUse
-    from .translate import Target
 
     #: a prepared program: its code and the ``__main__`` module it runs in
     Prepared = tuple[types.CodeType, types.ModuleType]
@@ -76,7 +76,7 @@ EXIT_USAGE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .translate import SOURCE_TYPES
+    from .vocabulary import SOURCE_FAMILIES
 
     parser.usage = (
         "torchdevice run [-h] [--backend NAME] [--source FAMILY] [--devices N] [--report FILE] SCRIPT [ARGS...]\n"
@@ -85,9 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--backend", metavar="NAME",
                         help="backend to run on (default: TORCHDEVICE_BACKEND, else automatic selection)")
-    parser.add_argument("--source", metavar="FAMILY", type=str.lower, choices=SOURCE_TYPES,
+    parser.add_argument("--source", metavar="FAMILY", type=str.lower, choices=SOURCE_FAMILIES,
                         help="the device family the program is written for, the only one reporting a device: "
-                             f"{', '.join(SOURCE_TYPES)} (default: TORCHDEVICE_SOURCE, else inferred from the "
+                             f"{', '.join(SOURCE_FAMILIES)} (default: TORCHDEVICE_SOURCE, else inferred from the "
                              "script, else cuda); exported as TORCHDEVICE_SOURCE")
     parser.add_argument("--devices", metavar="N", type=_device_count_arg,
                         help="logical devices of a host backend (cpu, mlx), exported as TORCHDEVICE_DEVICE_COUNT "

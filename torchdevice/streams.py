@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from .backend import EventInterface, StreamInterface, StreamOps, emulated, noop
 from .errors import ConfigError, UnsupportedError
-from .vocabulary import RealDevice, index_in, parse_index  # noqa: F401  (index_in: re-exported, its old home)
+from .vocabulary import RealDevice, parse_index
 
 if TYPE_CHECKING:
     from torch.types import Device

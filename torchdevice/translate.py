@@ -31,6 +31,7 @@ import contextlib
 import gc
 import os
 import threading
+import warnings
 from types import ModuleType
 from typing import Any, Callable, Iterator, cast
 
@@ -40,7 +41,14 @@ from .errors import ConfigError
 from .router import Target
 from .vocabulary import SOURCE_FAMILIES
 
-SOURCE_TYPES = SOURCE_FAMILIES  # its old name here: the families whose code torchdevice translates
+
+def __getattr__(name: str) -> Any:
+    """``SOURCE_TYPES``, the old name of :data:`torchdevice.vocabulary.SOURCE_FAMILIES`, with a warning."""
+    if name == "SOURCE_TYPES":
+        warnings.warn("torchdevice.translate.SOURCE_TYPES is deprecated: use torchdevice.vocabulary.SOURCE_FAMILIES",
+                      DeprecationWarning, stacklevel=2)
+        return SOURCE_FAMILIES
+    raise AttributeError(f"module 'torchdevice.translate' has no attribute {name!r}")
 
 
 ENV_REPORT_AVAILABLE = "TORCHDEVICE_REPORT_AVAILABLE"

@@ -72,7 +72,6 @@ from .statuses import (
     CATALOG,
     ENGINE_NOTES,
     ENV_LOCAL_WORLD_SIZE,
-    SOURCE_TYPES,
     _foreign_engines,
     engine,
     local_world_size,

@@ -10,8 +10,6 @@ from .. import router
 from ..backend import Status
 from ..vocabulary import SOURCE_FAMILIES
 
-SOURCE_TYPES = SOURCE_FAMILIES  # its old name here
-
 #: The ``torch.distributed`` functions of the seed catalog, all of which :func:`status` answers for.
 CATALOG = (
     "all_gather", "all_gather_coalesced", "all_gather_into_tensor", "all_gather_object",
