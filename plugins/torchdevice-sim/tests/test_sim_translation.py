@@ -330,3 +330,25 @@ def test_a_bad_visible_devices_value_is_an_error_naming_it(sim):
 def test_cuda_data_parallel_runs_over_both_sim_devices(on_sim, data_parallel_check):
     """HF Trainer wraps the model in nn.DataParallel when device_count() > 1: scatter, replicate, gather."""
     data_parallel_check("cuda")
+
+
+def test_sims_own_bookkeeping_does_not_reenter_translation(on_sim, monkeypatch):
+    """sim computes an op's outputs on the meta device, allocates them and stages host buffers itself: none of that
+    goes through the translated factories (torch.empty, torch.empty_strided), which are the program's, not sim's."""
+    calls = []
+    for name in ("empty", "empty_strided"):
+        translated = getattr(torch, name)
+
+        def spy(*args, _name=name, _fn=translated, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if "torchdevice_sim" in caller:  # sim's code (torch's own meta kernels may make meta tensors this way)
+                calls.append((_name, kwargs.get("device"), caller))
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(torch, name, spy)
+    x = torch.arange(6.0).reshape(2, 3).to("cuda")  # a copy from the host, then device ops
+    y = (x * 2 + 1).t().contiguous()
+    calls.clear()
+    z = (y + y).sum(0)
+    assert z.device.type == "sim" and torch.equal(z.cpu(), ((x * 2 + 1).t() * 2).sum(0).cpu())
+    assert calls == []

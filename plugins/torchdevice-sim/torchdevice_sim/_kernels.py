@@ -186,7 +186,8 @@ class Fallback:
                 racecheck.check(device, _op_name(op), self.accesses(op, args, kwargs) + made)
             outputs = [None if t is None else self.C.host_view(t) for t in fresh] if any(t is not None for t in fresh) else []
             h_args, h_kwargs = _numbers_as_tensors(op, _map(self.host, args), {k: _map(self.host, v) for k, v in kwargs.items()})
-            h_kwargs.update({k: torch.empty(0, dtype=t.dtype, device="cpu") for k, t in outgrown.items()})
+            h_kwargs.update({k: torch.ops.aten.empty.memory_format([0], dtype=t.dtype, device="cpu")
+                             for k, t in outgrown.items()})
             self.C.launch(device, schema.name, schema.overload_name, tuple(h_args), h_kwargs, outputs)
         if not schema.returns:
             return None
@@ -250,7 +251,9 @@ class Fallback:
     def to_meta(self, value: Any) -> Any:
         if isinstance(value, Tensor) and value.device.type == self.device_type:
             storage = value.untyped_storage().nbytes() // max(value.element_size(), 1)
-            base = torch.empty(max(storage, 1), dtype=value.dtype, device="meta")
+            # aten's op, not torch.empty: under translation torch.empty is the device-mapping wrapper, and sim's
+            # own bookkeeping must not re-enter the translation layer
+            base = torch.ops.aten.empty.memory_format([max(storage, 1)], dtype=value.dtype, device="meta")
             return base.as_strided(value.size(), value.stride(), value.storage_offset())
         if isinstance(value, torch.device) and value.type == self.device_type:
             return torch.device("meta")
@@ -260,7 +263,8 @@ class Fallback:
         """A device tensor shaped as ``meta``, on the op's device (not the calling thread's current one)."""
         if not isinstance(meta, Tensor):
             return meta
-        return torch.empty_strided(meta.size(), meta.stride(), dtype=meta.dtype, device=torch.device(self.device_type, device))
+        return torch.ops.aten.empty_strided(meta.size(), meta.stride(), dtype=meta.dtype,
+                                            device=torch.device(self.device_type, device))
 
     def host(self, value: Any) -> Any:
         if isinstance(value, Tensor) and value.device.type == self.device_type:
@@ -309,8 +313,8 @@ class Fallback:
             return original
         where = torch.device(self.device_type, device)
         shaped = like if like is not None else value if _dense(value) else None  # whose strides the copy takes
-        out = (torch.empty_strided(shaped.size(), shaped.stride(), dtype=value.dtype, device=where) if shaped is not None
-               else torch.empty(value.size(), dtype=value.dtype, device=where))
+        out = (torch.ops.aten.empty_strided(shaped.size(), shaped.stride(), dtype=value.dtype, device=where)
+               if shaped is not None else torch.ops.aten.empty.memory_format(value.size(), dtype=value.dtype, device=where))
         self.C.host_view(out).copy_(value)  # the stream is idle: this host write is in order
         return out
 
