@@ -403,3 +403,19 @@ def test_every_namespace_row_says_where_it_is_declared():
     assert "nvtx.build_range_push" in namespaces.where("torch.cuda.nvtx.range_push")
     with pytest.raises(KeyError):
         namespaces.where("torch.cuda.no_such_function")
+
+
+# -- the tests themselves ---------------------------------------------------------------------------------
+
+_HISTORY = re.compile(r"\b[Ii]ssue\s*#?\d+|mutation testing|[Ff]ound blind")
+
+
+def test_no_test_module_cites_an_issue_or_how_its_tests_were_found():
+    """A test says what it guards in its name and docstring; the history of how it came (an issue number, a
+    mutation run) belongs in commits, not in the tests a reader looks up by module."""
+    folders = [ROOT / "tests", *sorted((ROOT / "plugins").glob("*/tests"))]
+    cited = [f"{path.relative_to(ROOT)}:{number}" for folder in folders for path in sorted(folder.rglob("*.py"))
+             if "fixtures" not in path.parts
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if _HISTORY.search(line) and "_HISTORY" not in line]
+    assert not cited, "test modules citing an issue or how their tests were found:\n    " + "\n    ".join(cited)

@@ -1,4 +1,4 @@
-"""torch's distributed machinery under translation sees the real machine (issue 31): c10d's own
+"""torch's distributed machinery under translation sees the real machine: c10d's own
 ``is_nccl_available()`` checks, DCP's loader choice, and every site of the audit in docs/distributed.md."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FSDP2 + DTensor tensor parallel + DCP, written for CUDA + NCCL, 2 ranks (issue 31).
+"""FSDP2 + DTensor tensor parallel + DCP, written for CUDA + NCCL, 2 ranks.
 
 Launched unmodified: ``torchrun --nproc-per-node 2 -m torchdevice run fsdp2_tp_dcp.py OUT``.
 Its hand port to CPU/gloo is ``fsdp2_tp_dcp_native.py``; tests/test_dist_programs.py runs both

@@ -1,4 +1,4 @@
-"""channels_last on MLX tensors: the memory format a program asks for is the one it gets (issue 27).
+"""channels_last on MLX tensors: the memory format a program asks for is the one it gets.
 
 ``x.contiguous(memory_format=torch.channels_last)``, ``x.to(memory_format=...)`` and ``Module.to(memory_format=...)``
 gave contiguous (NCHW) tensors, so ``is_contiguous(memory_format=torch.channels_last)`` was False where it is

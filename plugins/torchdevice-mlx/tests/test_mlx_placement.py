@@ -1,6 +1,6 @@
 """Every way a CUDA-written program places work on its device gives MLX tensors under the mlx backend.
 
-Issue 27 ("never silently skipped"): a placement that yields a plain host tensor runs on torch's
+Never silently skipped: a placement that yields a plain host tensor runs on torch's
 CPU with no sign of it. Each case is run translated (mlx) and natively on the CPU from the same
 seed, and must give an MLXTensor with the native values.
 """

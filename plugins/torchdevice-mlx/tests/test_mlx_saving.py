@@ -1,4 +1,4 @@
-"""Saving a model that lives on MLX: safetensors and ``save_pretrained`` (issue 27, "saving works").
+"""Saving a model that lives on MLX: safetensors and ``save_pretrained``.
 
 An MLXTensor has no host storage, so safetensors (and every ``save_pretrained`` on it) failed with
 "Attempted to access the data pointer on an invalid python storage". Each test runs one program natively

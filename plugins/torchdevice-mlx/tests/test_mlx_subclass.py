@@ -1,4 +1,4 @@
-"""Tensor subclasses of MLX tensors: ``as_subclass`` and torchvision's ``tv_tensors`` (issue 27).
+"""Tensor subclasses of MLX tensors: ``as_subclass`` and torchvision's ``tv_tensors``.
 
 ``x.as_subclass(cls)`` of an MLX tensor raised "already associated to a python object of type MLXTensor",
 so torchvision's ``tv_tensors`` (and every transforms.v2 pipeline on device tensors) failed. Each case runs
