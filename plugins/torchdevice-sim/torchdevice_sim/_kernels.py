@@ -486,13 +486,19 @@ def _dense(t: Tensor) -> bool:
     return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
 
 
+_PYTHON_FALLBACK_KEY = "PrivateUse2"  # where sim.cpp's fallback (fallback(), kPythonFallbackKey) redispatches
+
+
 def register(C: Any, device_type: str) -> list[torch.library.Library]:
     """Register the fallback for PrivateUse1, and the "overrideable" ops (fused attention, convolution:
     torch gives them a kernel for every key that raises until a PrivateUse1 one is registered); the
     libraries must be kept alive."""
     fallback = Fallback(C, device_type)
     everything = torch.library.Library("_", "IMPL")
-    everything.fallback(fallback, dispatch_key="PrivateUse1")
+    # sim.cpp's C++ fallback is PrivateUse1's: it runs the common ops itself and hands the rest on to
+    # this one, registered on a backend key nothing else uses (_PYTHON_FALLBACK_KEY)
+    everything.fallback(fallback, dispatch_key=_PYTHON_FALLBACK_KEY)
+    C.install_fallback()
     overrideable = torch.library.Library("aten", "IMPL")
     for qualified in sorted(_ATTENTION | _CONVOLUTION):  # the fallback's own entry, given the op
         name = qualified.split("::")[1]
