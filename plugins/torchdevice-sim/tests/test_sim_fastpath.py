@@ -172,3 +172,15 @@ def test_the_race_checker_still_reports_a_race_between_idle_streams(synced):
             assert (x * 2).sum().item() == 200
     finally:
         torchdevice_sim.set_racecheck(was)
+
+
+def test_a_pointwise_ops_scalar_changes_its_numbers_not_its_plan(synced):
+    """Plans (Meta results) of pointwise ops ignore Scalar values, as an optimizer's step size changes every
+    step; the values still reach the kernel, and ops whose shape a Scalar sets keep a plan per value."""
+    a = torch.randn(32)
+    x = a.to("sim")
+    for value in (0.5, 2.0, -3.0, 7):
+        assert torch.equal(x.mul(value).cpu(), a.mul(value))
+        assert torch.equal(torch.add(x, x, alpha=value).cpu(), torch.add(a, a, alpha=value))
+    for end in (5, 7, 3):
+        assert torch.equal(torch.arange(end, device="sim").cpu(), torch.arange(end))

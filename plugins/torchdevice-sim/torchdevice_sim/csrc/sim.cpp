@@ -1316,13 +1316,29 @@ bool sign(const c10::IValue& v, Signature& out) {
   return true;
 }
 
+// A pointwise op's outputs follow from its tensors alone: a Scalar argument counts by its kind (int,
+// float, complex, bool), not its value -- an optimizer's step sizes change every step, and a plan per
+// value would fill the cache with Meta kernel runs.
+bool sign_pointwise_scalar(const c10::Argument& argument, const c10::IValue& v, Signature& out) {
+  auto type = argument.type();
+  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
+  if (type->kind() != c10::TypeKind::NumberType || !(v.isDouble() || v.isInt() || v.isComplexDouble() || v.isBool())) {
+    return false;
+  }
+  out.insert(out.end(), {9, v.isDouble() ? 1 : v.isInt() ? 2 : v.isComplexDouble() ? 3 : 4});
+  return true;
+}
+
 std::optional<Signature> signature_of(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   Signature key;
   key.reserve(64);
   key.push_back(static_cast<int64_t>(std::hash<c10::OperatorHandle>{}(op)));
   key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
-  for (const auto& v : args) {
-    if (!sign(v, key)) return std::nullopt;
+  const bool pointwise = op.hasTag(at::Tag::pointwise);
+  const auto& arguments = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (pointwise && i < arguments.size() && sign_pointwise_scalar(arguments[i], args[i], key)) continue;
+    if (!sign(args[i], key)) return std::nullopt;
   }
   return key;
 }
