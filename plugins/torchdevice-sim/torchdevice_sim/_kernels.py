@@ -1,7 +1,9 @@
-"""Every aten op on sim tensors: one boxed fallback for the PrivateUse1 dispatch key.
+"""Every aten op on sim tensors that sim.cpp's fast path leaves: one boxed Python fallback.
 
 The C++ half registers the few kernels the dispatcher needs natively (``empty``, views,
-``resize_``). Everything else arrives here and is run the way a GPU runs it:
+``resize_``) and PrivateUse1's fallback, which runs the common ops itself (its fast path: the
+asynchronous path below, in C++) and redispatches the rest to this fallback, registered on
+``PrivateUse2``. What arrives here is run the way a GPU runs it:
 
 1. **Device discipline.** All tensors must be on one sim device; a CPU tensor is accepted only
    as a 0-dim scalar (and as an index, as CUDA accepts), else torch's same-device error.

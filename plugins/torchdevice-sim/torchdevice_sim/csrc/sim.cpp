@@ -5,8 +5,9 @@
 // guard (per-thread current device and stream), asynchronous streams (one worker thread per
 // stream running queued kernels in order), events, per-device generators, the pinned host
 // allocator, autocast registrations, and the handful of kernels the dispatcher needs in C++
-// (empty, views, resize_). Every other op reaches the Python fallback (_kernels.py), which
-// computes output metadata on the meta device and launches the CPU kernel onto a stream here.
+// (empty, views, resize_), and PrivateUse1's fallback: the common ops run here without Python (the
+// fast path, below launch), every other op reaches the Python fallback (_kernels.py), which computes
+// output metadata on the meta device and launches the CPU kernel onto a stream here.
 //
 // Device memory is host memory obtained with malloc, but torch sees it as sim memory: CPU
 // kernels refuse it, .numpy() refuses it, and only the worker threads touch its bytes.
