@@ -20,7 +20,7 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("csrc") / "sim.cpp"
-CFLAGS = ["-O1"]  # the kernels are torch's CPU kernels; what is compiled here is bookkeeping
+CFLAGS = ["-O2"]  # the kernels are torch's CPU kernels; what is compiled here is per-op bookkeeping (the fast path)
 
 
 def cache_root() -> Path:

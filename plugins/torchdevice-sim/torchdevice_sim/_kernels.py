@@ -1,7 +1,9 @@
-"""Every aten op on sim tensors: one boxed fallback for the PrivateUse1 dispatch key.
+"""Every aten op on sim tensors that sim.cpp's fast path leaves: one boxed Python fallback.
 
 The C++ half registers the few kernels the dispatcher needs natively (``empty``, views,
-``resize_``). Everything else arrives here and is run the way a GPU runs it:
+``resize_``) and PrivateUse1's fallback, which runs the common ops itself (its fast path: the
+asynchronous path below, in C++) and redispatches the rest to this fallback, registered on
+``PrivateUse2``. What arrives here is run the way a GPU runs it:
 
 1. **Device discipline.** All tensors must be on one sim device; a CPU tensor is accepted only
    as a 0-dim scalar (and as an index, as CUDA accepts), else torch's same-device error.
@@ -528,13 +530,19 @@ def _dense(t: Tensor) -> bool:
     return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
 
 
+_PYTHON_FALLBACK_KEY = "PrivateUse2"  # where sim.cpp's fallback (fallback(), kPythonFallbackKey) redispatches
+
+
 def register(C: Any, device_type: str) -> list[torch.library.Library]:
     """Register the fallback for PrivateUse1, and the "overrideable" ops (fused attention, convolution:
     torch gives them a kernel for every key that raises until a PrivateUse1 one is registered); the
     libraries must be kept alive."""
     fallback = Fallback(C, device_type)
     everything = torch.library.Library("_", "IMPL")
-    everything.fallback(fallback, dispatch_key="PrivateUse1")
+    # sim.cpp's C++ fallback is PrivateUse1's: it runs the common ops itself and hands the rest on to
+    # this one, registered on a backend key nothing else uses (_PYTHON_FALLBACK_KEY)
+    everything.fallback(fallback, dispatch_key=_PYTHON_FALLBACK_KEY)
+    C.install_fallback()
     overrideable = torch.library.Library("aten", "IMPL")
     for qualified in sorted(_ATTENTION | _CONVOLUTION):  # the fallback's own entry, given the op
         name = qualified.split("::")[1]

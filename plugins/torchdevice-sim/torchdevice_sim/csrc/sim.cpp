@@ -5,17 +5,20 @@
 // guard (per-thread current device and stream), asynchronous streams (one worker thread per
 // stream running queued kernels in order), events, per-device generators, the pinned host
 // allocator, autocast registrations, and the handful of kernels the dispatcher needs in C++
-// (empty, views, resize_). Every other op reaches the Python fallback (_kernels.py), which
-// computes output metadata on the meta device and launches the CPU kernel onto a stream here.
+// (empty, views, resize_), and PrivateUse1's fallback: the common ops run here without Python (the
+// fast path, below launch), every other op reaches the Python fallback (_kernels.py), which computes
+// output metadata on the meta device and launches the CPU kernel onto a stream here.
 //
 // Device memory is host memory obtained with malloc, but torch sees it as sim memory: CPU
 // kernels refuse it, .numpy() refuses it, and only the worker threads touch its bytes.
 
 #include <torch/extension.h>
+#include <torch/library.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/core/enum_tag.h>
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
@@ -47,6 +50,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -91,6 +95,7 @@ struct Stream {
   Clock::time_point finished{};  // when the last task finished (written by the worker only)
   std::string error;  // first asynchronous failure, reported at the next call on this stream
   bool started = false;
+  bool inline_active = false;  // a task runs on the host thread that launched it (try_inline): the worker waits
   std::vector<uint64_t> clock;  // race checking's vector clock (g_race_mu): what this stream's next kernel is ordered after
 
   Stream(int d, int64_t i) : device(d), id(i) {}
@@ -104,7 +109,7 @@ struct Stream {
         std::function<void()> task, after;
         {
           std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [this] { return !queue.empty(); });
+          cv.wait(lock, [this] { return !queue.empty() && !inline_active; });
           task = std::move(queue.front().first);
           after = std::move(queue.front().second);
           queue.pop_front();
@@ -147,6 +152,38 @@ struct Stream {
       ensure_worker();
       queue.emplace_back(std::move(task), std::move(after));
       ticket = ++enqueued;
+    }
+    cv.notify_all();
+    return ticket;
+  }
+
+  // The fast path (issue 32): a stream with nothing queued or running runs a task on the calling
+  // thread, as its worker would run it next (a ticket, the finished time, a failure kept for the next
+  // call, then `after`), without the hand-off to the worker (two context switches, most of a launch).
+  // Work queued meanwhile by another thread waits for it (inline_active), so order is kept. False
+  // when the stream is busy: the caller queues the task. A task that could block never comes here.
+  template <typename Task>
+  uint64_t try_inline(Task&& task, const std::function<void()>& after = nullptr) {
+    uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!queue.empty() || inline_active || completed.load() < enqueued || !error.empty()) return 0;
+      inline_active = true;
+      ticket = ++enqueued;
+    }
+    std::string failure;
+    try {
+      task();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failure.empty() && error.empty()) error = failure;
+      finished = Clock::now();
+      completed.fetch_add(1);
+      inline_active = false;
+      if (after) after();
     }
     cv.notify_all();
     return ticket;
@@ -324,16 +361,19 @@ void record_event(const EventHandle& ev, Stream* stream, bool timing) {
   // queued it: on an idle stream that is the moment of the record, as on a GPU (the worker's own wake-up
   // latency is no device time), on a busy one the end of the work ahead.
   Clock::time_point queued = Clock::now();
-  stream->push([ev, stream, queued] {
+  auto reach = [ev, stream, queued] {
     std::lock_guard<std::mutex> lock(ev->mu);
     ev->when = std::max(queued, stream->finished);
-  }, [ev, version] {
+  };
+  std::function<void()> done = [ev, version] {
     {
       std::lock_guard<std::mutex> lock(ev->mu);
       if (ev->done < version) ev->done = version;
     }
     ev->cv.notify_all();
-  });
+  };
+  stream->raise_pending_error();
+  if (stream->try_inline(reach, done) == 0) stream->push(reach, done);
 }
 
 void block_on_event(const EventHandle& ev, Stream* stream) {
@@ -346,6 +386,15 @@ void block_on_event(const EventHandle& ev, Stream* stream) {
   if (g_race.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(g_race_mu);
     join_clock(stream->clock, ev->clock);
+  }
+  bool reached;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    reached = ev->done >= version;
+  }
+  if (reached) {  // the stream has nothing to wait for (an event recorded on an idle stream is reached at once)
+    stream->raise_pending_error();
+    return;
   }
   stream->push([ev, version] {
     std::unique_lock<std::mutex> lock(ev->mu);
@@ -1052,19 +1101,14 @@ void flatten_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
   }
 }
 
-// Queue op(*args, **kwargs) -- whose tensors are host views already -- on the current stream of
-// `device`; `outputs` (host views of the sim outputs) receive the results in order. With
-// `outputs` empty the op writes its results itself (in-place and out= ops); a None entry is a
-// result written in place. The sim memory the views point into outlives the kernel without
-// holding the tensors: a freed block is reused only once every queue of its device has passed
-// the free (free_block).
-uint64_t launch(int device, const std::string& name, const std::string& overload, py::tuple args, py::dict kwargs,
-                std::vector<std::optional<at::Tensor>> outputs) {
-  const auto& op = find_op(name, overload);
-  auto stack = std::make_shared<torch::jit::Stack>(torch::jit::createStackForSchema(
-      op.schema(), torch::jit::tuple_slice(std::move(args)), py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt));
-  Stream* stream = current_stream_of(device);
-  return stream->push([op, stack, outputs = std::move(outputs)]() mutable {
+// One kernel: a boxed op on host views (`stack`); `outputs` (host views of the sim outputs) receive its
+// results in order (see launch). The views are dropped once it has run.
+struct Kernel {
+  c10::OperatorHandle op;
+  std::shared_ptr<torch::jit::Stack> stack;
+  std::vector<std::optional<at::Tensor>> outputs;
+
+  void operator()() {
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
     c10::InferenceMode inference;  // host views of inference tensors may be written in place here
     op.callBoxed(*stack);
@@ -1083,7 +1127,385 @@ uint64_t launch(int device, const std::string& name, const std::string& overload
     }
     stack->clear();
     outputs.clear();
-  });
+  }
+};
+
+// Runs `kernel` on `stream`: on the calling thread where the stream is idle (try_inline, the GIL let go
+// meanwhile), else queued for the stream's worker. Either way a failure surfaces at the next call.
+uint64_t submit_kernel(Stream* stream, Kernel kernel) {
+  stream->raise_pending_error();
+  uint64_t ticket = 0;
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release release;
+    ticket = stream->try_inline(kernel);
+  } else {
+    ticket = stream->try_inline(kernel);
+  }
+  return ticket != 0 ? ticket : stream->push(std::move(kernel));
+}
+
+// Queue op(*args, **kwargs) -- whose tensors are host views already -- on the current stream of
+// `device`; `outputs` (host views of the sim outputs) receive the results in order. With
+// `outputs` empty the op writes its results itself (in-place and out= ops); a None entry is a
+// result written in place. The sim memory the views point into outlives the kernel without
+// holding the tensors: a freed block is reused only once every queue of its device has passed
+// the free (free_block).
+uint64_t launch(int device, const std::string& name, const std::string& overload, py::tuple args, py::dict kwargs,
+                std::vector<std::optional<at::Tensor>> outputs) {
+  const auto& op = find_op(name, overload);
+  auto stack = std::make_shared<torch::jit::Stack>(torch::jit::createStackForSchema(
+      op.schema(), torch::jit::tuple_slice(std::move(args)), py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt));
+  return submit_kernel(current_stream_of(device), Kernel{op, std::move(stack), std::move(outputs)});
+}
+
+// -- the fast path: common ops with no Python at all (issue 32) -----------------------------------------
+//
+// The PrivateUse1 fallback is this C++ function. It takes the common case itself -- an op returning
+// Tensors, fresh or written into its arguments (in-place, out=; no views), not random nor data-dependent,
+// whose tensors are all on one sim device (CPU scalars aside), the race checker off -- exactly as the
+// Python fallback's asynchronous path does it: outputs' metadata from the op's Meta kernel (kept per call
+// signature), fresh outputs allocated on the device, the CPU kernel run on host views (at once on an idle
+// stream, else queued). Most functional ops arrive as their out= variant (torch's structured kernels). Everything else, and any call
+// whose Meta kernel fails, goes to the Python fallback (_kernels.py), registered on PrivateUse2 (a
+// backend nothing else uses) and reached by redispatching there.
+
+std::atomic<bool> g_fast{true};
+constexpr c10::DispatchKey kPythonFallbackKey = c10::DispatchKey::PrivateUse2;
+
+// What the fast path knows of an op's schema: whether it may take the op at all, and for each return the
+// argument it is written into (in-place and out= ops: Tensor(a!) arguments), or -1 for a fresh tensor.
+struct FastSchema {
+  bool ok = false;
+  std::vector<int> sources;
+};
+
+FastSchema fast_schema(const c10::OperatorHandle& op) {
+  static const std::unordered_set<std::string> python_only = {
+      "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_", "aten::_local_scalar_dense",
+      "aten::record_stream"};
+  const auto& schema = op.schema();
+  FastSchema out;
+  if (python_only.count(schema.name()) || schema.returns().empty()) return out;
+  for (auto tag : {at::Tag::dynamic_output_shape, at::Tag::data_dependent_output, at::Tag::nondeterministic_seeded}) {
+    if (op.hasTag(tag)) return out;
+  }
+  const auto& arguments = schema.arguments();
+  for (const auto& a : arguments) {  // written single tensors only: no views, no written lists
+    if (a.alias_info() != nullptr && (!a.alias_info()->isWrite() || a.type()->kind() != c10::TypeKind::TensorType)) {
+      return out;
+    }
+  }
+  for (const auto& r : schema.returns()) {
+    if (r.type()->kind() != c10::TypeKind::TensorType) return out;
+    int source = -1;
+    if (r.alias_info() != nullptr) {
+      for (size_t i = 0; i < arguments.size() && source < 0; ++i) {
+        const auto* alias = arguments[i].alias_info();
+        if (alias != nullptr && alias->beforeSets() == r.alias_info()->beforeSets()) source = static_cast<int>(i);
+      }
+      if (source < 0 || !r.alias_info()->isWrite()) return out;
+    }
+    out.sources.push_back(source);
+  }
+  out.ok = true;
+  return out;
+}
+
+std::mutex g_fast_ops_mu;
+std::unordered_map<c10::OperatorHandle, FastSchema> g_fast_ops;  // per op: may the fast path take it, and how
+
+FastSchema fast_op(const c10::OperatorHandle& op) {
+  std::lock_guard<std::mutex> lock(g_fast_ops_mu);
+  auto it = g_fast_ops.find(op);
+  if (it == g_fast_ops.end()) it = g_fast_ops.emplace(op, fast_schema(op)).first;
+  return it->second;
+}
+
+void refuse_fast(const c10::OperatorHandle& op) {
+  std::lock_guard<std::mutex> lock(g_fast_ops_mu);
+  g_fast_ops[op].ok = false;
+}
+
+bool is_sim(const at::Tensor& t) { return t.defined() && t.device().type() == kSim; }
+
+// The device of the call's sim tensors where the fast path can take it, else -1: every tensor on one
+// sim device or a CPU scalar (as the Python path's device discipline allows), no device or generator.
+int fast_device(c10::ArrayRef<c10::IValue> args) {
+  int device = -1;
+  bool ok = true;
+  auto take = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (t.device().type() == kSim) {
+      if (device < 0) device = t.device().index();
+      ok = ok && device == t.device().index();
+    } else {
+      ok = ok && t.device().is_cpu() && t.dim() == 0;
+    }
+  };
+  for (const auto& v : args) {
+    if (v.isTensor()) {
+      take(v.toTensor());
+    } else if (v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) take(e.toTensor());
+        else ok = ok && e.isNone();
+      }
+    } else {
+      ok = ok && !v.isDevice() && !v.isGenerator() && !v.isObject() && !v.isCapsule();
+    }
+    if (!ok) return -1;
+  }
+  return device;
+}
+
+// `v` with each sim tensor replaced by fn(tensor), lists included.
+template <typename F>
+c10::IValue map_sim(const c10::IValue& v, const F& fn) {
+  if (v.isTensor()) return is_sim(v.toTensor()) ? c10::IValue(fn(v.toTensor())) : v;
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const c10::IValue& e : v.toListRef()) out.push_back(is_sim(e.toTensor()) ? fn(e.toTensor()) : e.toTensor());
+    return out;
+  }
+  if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const c10::IValue& e : v.toListRef()) out.push_back(map_sim(e, fn));
+    return out;
+  }
+  return v;
+}
+
+// A meta tensor with t's metadata over a storage of t's size (what Fallback.to_meta makes).
+at::Tensor meta_like(const at::Tensor& t) {
+  const int64_t itemsize = std::max<int64_t>(static_cast<int64_t>(t.dtype().itemsize()), 1);
+  const int64_t elements = std::max<int64_t>(static_cast<int64_t>(t.storage().nbytes()) / itemsize, 1);
+  auto base = at::empty({elements}, t.options().device(c10::kMeta));
+  return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+// -- the fast path's plans: Meta kernel results per call signature --------------------------------------
+//
+// A training step repeats the same calls, and many Meta kernels are Python decompositions costing 100s of
+// microseconds, so the outputs' metadata is kept per (op, signature), as Fallback.meta keeps it in Python.
+// The signature is everything a Meta kernel can read: each tensor's dtype, sizes, strides, offset, device
+// type and flags (never its values), every other argument's value, and the default dtype.
+
+using Signature = std::vector<int64_t>;
+
+struct SignatureHash {
+  size_t operator()(const Signature& s) const noexcept {
+    size_t h = s.size();
+    for (int64_t v : s) h = c10::hash_combine(h, std::hash<int64_t>{}(v));
+    return h;
+  }
+};
+
+struct OutputMeta {
+  std::vector<int64_t> sizes, strides;
+  c10::ScalarType dtype;
+};
+
+using Plan = std::vector<OutputMeta>;
+
+constexpr size_t kPlans = 8192;  // plans kept; emptied when full (Python's _PLANS)
+std::mutex g_plans_mu;
+std::unordered_map<Signature, Plan, SignatureHash> g_plans;
+
+void sign_tensor(const at::Tensor& t, Signature& out) {
+  if (!t.defined()) {
+    out.push_back(-1);
+    return;
+  }
+  out.push_back(static_cast<int64_t>(t.device().type()));
+  out.push_back(static_cast<int64_t>(t.scalar_type()));
+  out.push_back(t.unsafeGetTensorImpl()->is_wrapped_number() | (t.is_conj() << 1) | (t.is_neg() << 2));
+  out.push_back(t.dim());
+  out.insert(out.end(), t.sizes().begin(), t.sizes().end());
+  out.insert(out.end(), t.strides().begin(), t.strides().end());
+  out.push_back(t.storage_offset());
+}
+
+// Appends v's signature; false where v is of a kind not described (that call is not cached).
+bool sign(const c10::IValue& v, Signature& out) {
+  int64_t bits = 0;
+  if (v.isTensor()) {
+    out.push_back(1);
+    sign_tensor(v.toTensor(), out);
+  } else if (v.isNone()) {
+    out.push_back(2);
+  } else if (v.isInt()) {
+    out.insert(out.end(), {3, v.toInt()});
+  } else if (v.isBool()) {
+    out.insert(out.end(), {4, v.toBool()});
+  } else if (v.isDouble()) {
+    double d = v.toDouble();
+    std::memcpy(&bits, &d, sizeof bits);
+    out.insert(out.end(), {5, bits});
+  } else if (v.isComplexDouble()) {
+    auto c = v.toComplexDouble();
+    out.push_back(6);
+    for (double d : {c.real(), c.imag()}) {
+      std::memcpy(&bits, &d, sizeof bits);
+      out.push_back(bits);
+    }
+  } else if (v.isString()) {
+    out.insert(out.end(), {7, static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef()))});
+  } else if (v.isList()) {
+    const auto& items = v.toListRef();
+    out.insert(out.end(), {8, static_cast<int64_t>(items.size())});
+    for (const c10::IValue& e : items) {
+      if (!sign(e, out)) return false;
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// A pointwise op's outputs follow from its tensors alone: a Scalar argument counts by its kind (int,
+// float, complex, bool), not its value -- an optimizer's step sizes change every step, and a plan per
+// value would fill the cache with Meta kernel runs.
+bool sign_pointwise_scalar(const c10::Argument& argument, const c10::IValue& v, Signature& out) {
+  auto type = argument.type();
+  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
+  if (type->kind() != c10::TypeKind::NumberType || !(v.isDouble() || v.isInt() || v.isComplexDouble() || v.isBool())) {
+    return false;
+  }
+  out.insert(out.end(), {9, v.isDouble() ? 1 : v.isInt() ? 2 : v.isComplexDouble() ? 3 : 4});
+  return true;
+}
+
+std::optional<Signature> signature_of(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  Signature key;
+  key.reserve(64);
+  key.push_back(static_cast<int64_t>(std::hash<c10::OperatorHandle>{}(op)));
+  key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+  const bool pointwise = op.hasTag(at::Tag::pointwise);
+  const auto& arguments = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (pointwise && i < arguments.size() && sign_pointwise_scalar(arguments[i], args[i], key)) continue;
+    if (!sign(args[i], key)) return std::nullopt;
+  }
+  return key;
+}
+
+// The op's outputs as its Meta kernel shapes them, or nothing where it cannot (no Meta kernel: the op is
+// left to Python from now on; any other error: Python runs the call and raises it as it does).
+std::optional<std::vector<at::Tensor>> meta_outputs(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  torch::jit::Stack meta;
+  meta.reserve(args.size());
+  for (const auto& v : args) meta.push_back(map_sim(v, meta_like));
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const c10::NotImplementedError&) {
+    refuse_fast(op);
+    return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::vector<at::Tensor> out;
+  for (const auto& v : meta) {
+    if (!v.isTensor() || !v.toTensor().defined()) return std::nullopt;
+    out.push_back(v.toTensor());
+  }
+  return out;
+}
+
+// The call's outputs' metadata: the plan kept for its signature, else its Meta kernel's (then kept).
+std::optional<Plan> plan_of(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  auto key = signature_of(op, args);
+  if (key) {
+    std::lock_guard<std::mutex> lock(g_plans_mu);
+    auto it = g_plans.find(*key);
+    if (it != g_plans.end()) return it->second;
+  }
+  auto metas = meta_outputs(op, args);
+  if (!metas) return std::nullopt;
+  Plan plan;
+  for (const auto& m : *metas) plan.push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+  if (key) {
+    std::lock_guard<std::mutex> lock(g_plans_mu);
+    if (g_plans.size() >= kPlans) g_plans.clear();
+    g_plans.emplace(std::move(*key), plan);
+  }
+  return plan;
+}
+
+int64_t largest_numel(c10::ArrayRef<c10::IValue> args) {
+  int64_t largest = 0;
+  for (const auto& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) largest = std::max(largest, v.toTensor().numel());
+    if (v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor() && e.toTensor().defined()) largest = std::max(largest, e.toTensor().numel());
+      }
+    }
+  }
+  return largest;
+}
+
+bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (!g_fast.load(std::memory_order_relaxed) || g_race.load(std::memory_order_relaxed)) return false;
+  const FastSchema how = fast_op(op);
+  if (!how.ok) return false;
+  const auto& arguments = op.schema().arguments();
+  const size_t nargs = arguments.size();
+  auto args = torch::jit::last(*stack, nargs);
+  const int device = fast_device(args);
+  if (device < 0) return false;
+  at::AutoDispatchBelowADInplaceOrView below;
+  auto plan = plan_of(op, args);
+  if (!plan || plan->size() != how.sources.size()) return false;
+  for (size_t i = 0; i < plan->size(); ++i) {  // a written tensor the op would resize: Python resizes it first
+    const int source = how.sources[i];
+    if (source >= 0 && (!is_sim(args[source].toTensor()) || args[source].toTensor().sizes() != (*plan)[i].sizes)) return false;
+  }
+  auto host = std::make_shared<torch::jit::Stack>();
+  host->reserve(nargs);
+  for (const auto& v : args) host->push_back(map_sim(v, host_view));
+  const c10::Device where(kSim, static_cast<c10::DeviceIndex>(device));
+  std::vector<at::Tensor> results;
+  std::vector<std::optional<at::Tensor>> outputs;
+  bool copied = false;
+  const int64_t largest = largest_numel(args);
+  for (size_t i = 0; i < plan->size(); ++i) {
+    const int source = how.sources[i];
+    if (source < 0) {
+      const auto& m = (*plan)[i];
+      results.push_back(empty_strided(m.sizes, m.strides, m.dtype, std::nullopt, where, std::nullopt));
+      outputs.emplace_back(host_view(results.back()));
+      copied = true;
+      continue;
+    }
+    const at::Tensor& written = args[source].toTensor();
+    results.push_back(written);
+    // An out= tensor smaller than an input gets a scratch CPU out, its result copied back (see _outgrown in
+    // _kernels.py: CPU kernels may grow their out while they work, and host views cannot grow).
+    if (arguments[source].kwarg_only() && written.numel() < largest) {
+      (*host)[source] = at::empty({0}, written.options().device(c10::kCPU));
+      outputs.emplace_back(host_view(written));
+      copied = true;
+    } else {
+      outputs.emplace_back(std::nullopt);  // written in place through its host view
+    }
+  }
+  if (!copied) outputs.clear();
+  submit_kernel(current_stream_of(device), Kernel{op, std::move(host), std::move(outputs)});
+  torch::jit::drop(*stack, nargs);
+  for (auto& r : results) stack->emplace_back(std::move(r));
+  return true;
+}
+
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  if (!fast_path(op, stack)) op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
+}
+
+void install_fallback() {
+  static torch::Library* library = nullptr;  // kept for the life of the process, as the registration
+  if (library != nullptr) return;
+  library = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  library->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 
 // -- race checking: the accesses ------------------------------------------------------------------------
@@ -1253,6 +1675,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("race_access", &race_access);
   m.def("race_learn", [](int d, int64_t id) { race_learn(race_clock_of(get_stream(d, id))); });
   m.def("launch", &launch);
+  m.def("install_fallback", &install_fallback);
+  m.def("set_fast", [](bool on) { return g_fast.exchange(on); });
   m.def("sleep", &enqueue_sleep);
   m.def("host_view", &host_view);
   m.def("memory_stats", &memory_stats);

@@ -1,0 +1,186 @@
+"""sim's fast path (issue 32): common ops run by the C++ fallback without Python, and kernels on an idle
+stream run on the calling thread instead of being handed to the stream's worker.
+
+What must hold is what a GPU program sees: the same numbers as the CPU (and as sim's Python path), work
+in stream order, events and asynchronous errors as before, and the race checker still reporting.
+"""
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchdevice_sim
+from torchdevice_sim import SimRaceError, _extension, _kernels
+
+Case = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+CASES: dict[str, Case] = {
+    "add": lambda a, b: a + b,
+    "mm": lambda a, b: a @ b,
+    "relu": lambda a, b: torch.relu(a),
+    "scalar": lambda a, b: a * 2.5 - 1,
+    "strided": lambda a, b: a.t() + b[:, :1],
+    "reduce": lambda a, b: a.sum(0),
+    "mean": lambda a, b: a.mean(),
+    "mse_loss": lambda a, b: F.mse_loss(a, b),
+    "int_division": lambda a, b: (a * 10).to(torch.int64) / 3,
+    "cat": lambda a, b: torch.cat([a, b], 1),
+    "where": lambda a, b: torch.where(a > 0, a, b),
+    "softmax": lambda a, b: torch.softmax(a, -1),
+}
+
+
+def _python_fallback_calls() -> tuple[collections.Counter, Callable[[], None]]:
+    """A counter of the ops the Python fallback runs, and the function that stops counting."""
+    seen: collections.Counter = collections.Counter()
+    original = _kernels.Fallback.__call__
+
+    def counting(self: _kernels.Fallback, op: torch._ops.OpOverload, *args: object, **kwargs: object) -> object:
+        seen[str(op)] += 1
+        return original(self, op, *args, **kwargs)
+
+    _kernels.Fallback.__call__ = counting  # type: ignore[method-assign]
+
+    def stop() -> None:
+        _kernels.Fallback.__call__ = original  # type: ignore[method-assign]
+
+    return seen, stop
+
+
+@pytest.fixture
+def python_path(synced) -> Iterator[None]:
+    """sim with its fast path off: every op through the Python fallback, as before issue 32."""
+    C = _extension.load()
+    was = C.set_fast(False)
+    try:
+        yield
+    finally:
+        C.set_fast(was)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_fast_path_gives_the_cpus_numbers(synced, name):
+    torch.manual_seed(0)
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    out = CASES[name](a.to("sim"), b.to("sim"))
+    expected = CASES[name](a, b)
+    assert out.device.type == "sim" and out.dtype == expected.dtype and out.shape == expected.shape
+    assert out.stride() == expected.stride()
+    assert torch.equal(out.cpu(), expected)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_fast_path_gives_the_python_paths_numbers(synced, python_path, name):
+    torch.manual_seed(0)
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    slow = CASES[name](a.to("sim"), b.to("sim")).cpu()
+    C = _extension.load()
+    C.set_fast(True)
+    fast = CASES[name](a.to("sim"), b.to("sim")).cpu()
+    assert torch.equal(fast, slow) and fast.stride() == slow.stride()
+
+
+def test_common_ops_never_reach_the_python_fallback(synced):
+    a, b = torch.randn(64, 64, device="sim"), torch.randn(64, 64, device="sim")
+    synced.synchronize()
+    seen, stop = _python_fallback_calls()
+    try:
+        a + b, a @ b, torch.relu(a), a.mul_(2), torch.add(a, b, out=torch.empty(64, 64, device="sim"))
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+
+
+def test_in_place_and_out_ops_write_the_tensors_given(synced):
+    x, y = torch.ones(8, device="sim"), torch.full((8,), 2.0, device="sim")
+    out = torch.empty(8, device="sim")
+    returned = torch.add(x, y, out=out)
+    assert returned is out and torch.equal(out.cpu(), torch.full((8,), 3.0))
+    assert x.mul_(y) is x and torch.equal(x.cpu(), torch.full((8,), 2.0))
+    small = torch.empty((), device="sim")  # an out= smaller than the input (a reduction)
+    torch.sum(y, 0, out=small)
+    assert small.item() == 16.0
+
+
+def test_a_kernel_on_an_idle_stream_is_done_when_the_launch_returns(synced):
+    x = torch.ones(1000, device="sim")
+    synced.synchronize()
+    y = x + 1
+    assert synced.current_stream().query()  # it ran on the calling thread
+    event = synced.Event()
+    event.record()
+    assert event.query()  # an event recorded after it is complete at once
+    assert y.sum().item() == 2000
+
+
+def test_work_launched_on_a_busy_stream_does_not_overtake_the_queue(synced):
+    x = torch.zeros(1000, device="sim")
+    synced._sleep(int(synced.get_device_properties(0).clock_rate * 100))  # 100 ms ahead of everything
+    x.add_(1)
+    y = x * 3
+    event = synced.Event()
+    event.record()
+    assert not synced.current_stream().query() and not event.query()
+    assert torch.equal(y.cpu(), torch.full((1000,), 3.0))
+    assert event.query()
+
+
+def test_an_idle_stream_runs_its_work_at_once_while_another_is_busy(synced):
+    busy, idle = synced.Stream(), synced.Stream()
+    x = torch.ones(100, device="sim")
+    synced.synchronize()
+    with synced.stream(busy):
+        synced._sleep(int(synced.get_device_properties(0).clock_rate * 200))
+    with synced.stream(idle):
+        y = x + 1
+        assert idle.query() and not busy.query()
+        idle.wait_stream(busy)  # now it waits behind the sleep
+        z = y * 2
+        assert not idle.query()
+    synced.synchronize()  # z was written on `idle`: the default stream's copy must wait for it, as on a GPU
+    assert torch.equal(z.cpu(), torch.full((100,), 4.0))
+
+
+def test_an_error_in_a_kernel_run_at_once_is_reported_at_the_next_call(synced):
+    """A kernel failing on the device (an index out of range: a GPU's device-side assert) does not raise at
+    its launch; the next call on the stream reports it, as when the kernel was queued."""
+    x = torch.ones(4, device="sim")
+    bad = torch.tensor([7], device="sim")
+    synced.synchronize()
+    x.gather(0, bad)  # launched: no error yet
+    with pytest.raises(RuntimeError, match="queued earlier on stream 0 of sim:0 failed.*out of bounds"):
+        synced.synchronize()
+    assert torch.equal((x + 1).cpu(), torch.full((4,), 2.0))  # reported once; the stream works on
+
+
+def test_the_race_checker_still_reports_a_race_between_idle_streams(synced):
+    """Kernels run at once on idle streams are never concurrent in fact, but the program still lacks the
+    ordering a GPU needs: the checker reasons about order, not timing."""
+    was = torchdevice_sim.set_racecheck(True)
+    try:
+        x = torch.zeros(100, device="sim")
+        x.add_(1)
+        side = synced.Stream()
+        with synced.stream(side), pytest.raises(SimRaceError, match="read-after-write"):
+            x * 2
+        side.wait_stream(synced.current_stream())
+        with synced.stream(side):
+            assert (x * 2).sum().item() == 200
+    finally:
+        torchdevice_sim.set_racecheck(was)
+
+
+def test_a_pointwise_ops_scalar_changes_its_numbers_not_its_plan(synced):
+    """Plans (Meta results) of pointwise ops ignore Scalar values, as an optimizer's step size changes every
+    step; the values still reach the kernel, and ops whose shape a Scalar sets keep a plan per value."""
+    a = torch.randn(32)
+    x = a.to("sim")
+    for value in (0.5, 2.0, -3.0, 7):
+        assert torch.equal(x.mul(value).cpu(), a.mul(value))
+        assert torch.equal(torch.add(x, x, alpha=value).cpu(), torch.add(a, a, alpha=value))
+    for end in (5, 7, 3):
+        assert torch.equal(torch.arange(end, device="sim").cpu(), torch.arange(end))
