@@ -53,7 +53,7 @@ def _python_fallback_calls() -> tuple[collections.Counter, Callable[[], None]]:
 
 @pytest.fixture
 def python_path(synced) -> Iterator[None]:
-    """sim with its fast path off: every op through the Python fallback, as before issue 32."""
+    """sim with its fast path off: every op through the Python fallback."""
     C = _extension.load()
     was = C.set_fast(False)
     try:

@@ -334,7 +334,10 @@ def test_cuda_data_parallel_runs_over_both_sim_devices(on_sim, data_parallel_che
 
 def test_sims_own_bookkeeping_does_not_reenter_translation(on_sim, monkeypatch):
     """sim computes an op's outputs on the meta device, allocates them and stages host buffers itself: none of that
-    goes through the translated factories (torch.empty, torch.empty_strided), which are the program's, not sim's."""
+    goes through the translated factories (torch.empty, torch.empty_strided), which are the program's, not sim's.
+    With the C++ fast path off, so that every op takes the Python fallback, which does this work."""
+    from torchdevice_sim import _extension
+
     calls = []
     for name in ("empty", "empty_strided"):
         translated = getattr(torch, name)
@@ -346,9 +349,13 @@ def test_sims_own_bookkeeping_does_not_reenter_translation(on_sim, monkeypatch):
             return _fn(*args, **kwargs)
 
         monkeypatch.setattr(torch, name, spy)
-    x = torch.arange(6.0).reshape(2, 3).to("cuda")  # a copy from the host, then device ops
-    y = (x * 2 + 1).t().contiguous()
-    calls.clear()
-    z = (y + y).sum(0)
+    was = _extension.load().set_fast(False)
+    try:
+        x = torch.arange(6.0).reshape(2, 3).to("cuda")  # a copy from the host, then device ops
+        y = (x * 2 + 1).t().contiguous()
+        calls.clear()
+        z = (y + y).sum(0)
+    finally:
+        _extension.load().set_fast(was)
     assert z.device.type == "sim" and torch.equal(z.cpu(), ((x * 2 + 1).t() * 2).sum(0).cpu())
     assert calls == []
