@@ -6,8 +6,9 @@ torchtitan (PyTorch's reference trainer) is written for CUDA: NCCL, FSDP2, DTens
 CPU lacks) -- and trains its llama3 debug model for 10 steps under ``torchrun`` in each configuration
 of ``CONFIGS``, three ways:
 
-- ``native``: a copy of torchtitan with the three edits a CPU run needs (``NATIVE_EDITS``: the device
-  fallback, the memory monitor, the barrier's ``device_ids``), run as ``torchrun -m torchtitan.train``;
+- ``native``: a copy of torchtitan with the edits a CPU run needs (``NATIVE_EDITS``: the device fallback,
+  the memory monitor, the barrier's ``device_ids``, and FSDP's reduce-scatter as a plain SUM: gloo has no
+  ``PREMUL_SUM``), run as ``torchrun -m torchtitan.train``;
 - ``cpu``, ``sim``: the installed torchtitan, unmodified, run as ``torchrun -m torchdevice run -m
   torchtitan.train`` with ``TORCHDEVICE_BACKEND`` set.
 
@@ -103,6 +104,12 @@ NATIVE_EDITS: list[tuple[str, str, str]] = [
      'device_memory_monitor = (_CPUMemoryMonitor if device_type == "cpu" else DeviceMemoryMonitor)(device_type)'),
     ("distributed/utils.py", "torch.distributed.barrier(device_ids=[device_module.current_device()])",
      'torch.distributed.barrier(device_ids=None if device_type == "cpu" else [device_module.current_device()])'),
+    # FSDP with a divide factor of 1 reduce-scatters with PREMUL_SUM(1.0), which gloo lacks; forced SUM is the same
+    # sum (FSDP skips the division by 1)
+    ("models/llama3/infra/parallelize.py", "            module.set_gradient_divide_factor(1.0)\n",
+     "            module.set_gradient_divide_factor(1.0)\n"
+     "            from torchtitan.tools.utils import device_type\n\n"
+     '            module.set_force_sum_reduction_for_comms(device_type == "cpu")\n'),
 ]
 
 LOSS = re.compile(r"step:\s*(\d+)\s+loss:\s*(\S+)\s+grad_norm:\s*(\S+)")
