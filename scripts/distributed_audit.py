@@ -7,16 +7,15 @@ checks that docs/distributed.md lists exactly these rows and that each is answer
 """
 from __future__ import annotations
 
+import ast
 import os
-import re
 import sys
 from collections import defaultdict
 
-#: what torch code asks: torch.cuda.X / torch.xpu.X / torch.accelerator.X, the torch._utils device helpers, is_cuda
-PATTERN = re.compile(
-    r"torch\.(cuda|xpu|accelerator)\.(\w+)|\b(_get_available_device_type|_get_device_module|_get_device_handle)\b"
-    r"|\.(is_cuda)\b"
-)
+#: the namespaces whose functions are questions about the machine or device operations
+NAMESPACES = ("cuda", "xpu", "accelerator")
+#: torch._utils's device helpers (and FSDP's handle helper)
+HELPERS = ("_get_available_device_type", "_get_device_module", "_get_device_handle")
 #: the trees audited, relative to torch's package
 TREES = ("distributed", os.path.join("nn", "parallel"), "_utils.py")
 
@@ -33,24 +32,52 @@ def _files(torch_dir: str) -> list[str]:
     return sorted(found)
 
 
+def _dotted(node: ast.AST) -> str | None:
+    """``torch.cuda.is_available`` for the attribute chain ``node``, or None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _asked(node: ast.AST) -> str | None:
+    """The API the code ``node`` names, if audited: ``torch.<ns>.<name>``, a helper, ``Tensor.is_cuda``."""
+    if isinstance(node, ast.Attribute):
+        dotted = _dotted(node)
+        parts = dotted.split(".") if dotted else []
+        if len(parts) == 3 and parts[0] == "torch" and parts[1] in NAMESPACES:
+            return dotted
+        if node.attr in HELPERS:
+            return node.attr
+        if node.attr == "is_cuda":
+            return "Tensor.is_cuda"
+    if isinstance(node, ast.Name) and node.id in HELPERS:
+        return node.id
+    if isinstance(node, ast.alias) and node.name in HELPERS:
+        return node.name
+    return None
+
+
 def sites(torch_dir: str) -> dict[tuple[str, str], list[int]]:
-    """``{(file relative to torch, API asked): [line, ...]}`` for every audited site (comments skipped)."""
-    rows: dict[tuple[str, str], list[int]] = defaultdict(list)
+    """``{(file relative to torch, API asked): [line, ...]}`` for every audited site in code (docstrings and
+    comments, which name ``torch.cuda.set_device`` in examples, are not code)."""
+    rows: dict[tuple[str, str], set[int]] = defaultdict(set)
     for path in _files(torch_dir):
         rel = os.path.relpath(path, torch_dir).replace(os.sep, "/")
         with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                code = line.split("#", 1)[0]
-                for m in PATTERN.finditer(code):
-                    if m.group(1):
-                        api = f"torch.{m.group(1)}.{m.group(2)}"
-                    elif m.group(3):
-                        api = m.group(3)
-                    else:
-                        api = "Tensor.is_cuda"
-                    if number not in rows[(rel, api)]:
-                        rows[(rel, api)].append(number)
-    return dict(sorted(rows.items()))
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            api = _asked(node)
+            if api is not None and api.rsplit(".", 1)[-1] not in ("__name__",):
+                line = getattr(node, "lineno", None)
+                if line is None:  # an alias of ``from torch._utils import _get_device_module`` (3.9: no lineno)
+                    continue
+                rows[(rel, api)].add(line)
+    return {key: sorted(lines) for key, lines in sorted(rows.items())}
 
 
 #: the machine questions torchdevice answers per caller (torchdevice.boundary.MACHINE_QUERIES), as the table says them
@@ -78,13 +105,13 @@ def kind(rel: str, api: str) -> str:
 #: per kind: what the site was told before issue 31 (torch/distributed and torch/nn/parallel then counted as
 #: the program's own code), and what it is told now (torch's own code: the real machine)
 TOLD = {
-    "question": ("translated: the target as CUDA (True, its device count)", "torch's real answer"),
+    "question": ("translated: the target, as the source device", "torch's real answer"),
     "accelerator": ("torch's real answer", "torch's real answer"),
     "helper": ("torch's helper, answering for the real machine while its callers were told CUDA",
                "torch's helper, answering for the real machine, as its callers are"),
     "tensor": ("the tensor's real device", "the tensor's real device"),
-    "action": ("not a question: reached when a translated question above it said CUDA",
-               "not a question: reached only when the real machine has the device"),
+    "action": ("a device operation, not a question; the file's questions were answered as the program's",
+               "a device operation, not a question; the file's questions describe the real machine"),
 }
 
 

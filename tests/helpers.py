@@ -258,6 +258,41 @@ def torchdevice_script() -> str:
     return found
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(program: Path, *args: str, backend: str | None = "cpu", timeout: float = 150,
+             cwd: Path | None = None) -> Result:
+    """``torchrun --nproc-per-node 2 -m torchdevice run PROGRAM ARGS`` on loopback (``backend=None``:
+    ``torchrun ... PROGRAM ARGS``, natively), time-limited; the whole process group is killed on a timeout."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
+    if backend is not None:
+        env["TORCHDEVICE_BACKEND"] = backend
+    env["PYTHONUNBUFFERED"] = "1"
+    if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on the loopback interface
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    cmd += ["-m", "torchdevice", "run"] if backend is not None else []
+    cmd += [str(program), *args]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"torchrun did not finish in {timeout} s:\n{out[-4000:]}") from None
+    return Result(cmd, proc.returncode, out, "")
+
+
 def run_command(args: Sequence[str], env=None, pythonpath=(), timeout: float = 120) -> Result:
     """Run ``args`` with :func:`clean_env` and capture its output."""
     args = [str(a) for a in args]

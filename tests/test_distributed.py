@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from helpers import Result, torchrun
 
 import torchdevice
 import torchdevice.distributed as tddist
@@ -196,32 +192,11 @@ def test_status_without_an_engine_is_unsupported(monkeypatch, on_cpu):
 # -- two processes on 127.0.0.1 ------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _torchrun(program: Path, *args: str) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node 2 -m torchdevice run PROGRAM ARGS`` on loopback, time-limited."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
-    env["TORCHDEVICE_BACKEND"] = "cpu"
-    env["PYTHONUNBUFFERED"] = "1"
-    if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on the loopback interface
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-           "-m", "torchdevice", "run", str(program), *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=LAUNCH_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"torchrun did not finish in {LAUNCH_TIMEOUT} s:\n{out[-4000:]}")
-    assert proc.returncode == 0, out[-6000:]
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+def _torchrun(program: Path, *args: str) -> Result:
+    """``torchrun --nproc-per-node 2 -m torchdevice run PROGRAM ARGS`` on the cpu backend; it must exit 0."""
+    result = torchrun(program, *args, timeout=LAUNCH_TIMEOUT, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-6000:]
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -267,6 +242,32 @@ def test_reduce_scatter_values(collectives):
     # rank r's list is [r, r + 1]: rank i gets (0 + i) + (1 + i)
     assert collectives[0]["reduce_scatter"] == [1.0, 1.0]
     assert collectives[1]["reduce_scatter"] == [3.0, 3.0]
+
+
+def test_reduce_ops_gloo_lacks_are_lowered_with_nccls_numbers(collectives):
+    """PREMUL_SUM(f): every input times f (in its dtype), then summed; AVG: the mean. Rank r's tensors
+    are (r + 1) times rank 0's, unless said otherwise."""
+    bf16 = torch.bfloat16
+    third = torch.tensor(1 / 3, dtype=bf16)  # NCCL takes the factor in the tensor's dtype
+    expected_bf16 = [(torch.tensor(v, dtype=bf16) * third + torch.tensor(2 * v, dtype=bf16) * third).float().item()
+                     for v in (3.0, 5.0)]
+    for rank, r in enumerate(collectives):
+        assert r["premul_all_reduce"] == [1.5, 3.0, 4.5]
+        assert r["premul_all_reduce_bf16"] == expected_bf16
+        assert r["premul_all_reduce_coalesced"] == [[0.75, 0.75], [2.0]]
+        assert r["premul_reduce_scatter_tensor_input"] == [0.0 + 100 * rank, 1.0 + 100 * rank,
+                                                          2.0 + 100 * rank, 3.0 + 100 * rank]
+        # (arange(4) + 100 r) / 2 summed over r: [50, 51, 52, 53], rank i keeps its half
+        assert r["premul_reduce_scatter_tensor"] == [[50.0, 51.0], [52.0, 53.0]][rank]
+        assert r["premul_reduce_scatter_tensor_coalesced"] == [[[50.0, 51.0], [52.0, 53.0]][rank]] * 2
+        assert r["premul_reduce_scatter"] == [[2.0, 2.0], [6.0, 6.0]][rank]  # 2 ((0 + i) + (1 + i))
+        assert r["premul_all_reduce_async"] == [1.0, 1.0]
+        assert r["avg_reduce_scatter"] == [[0.5, 0.5], [1.5, 1.5]][rank]
+        assert r["avg_all_reduce_coalesced"] == [[1.5, 1.5], [4.0]]
+        for name, shown in (("reduce", "torch.distributed.reduce"), ("int", "torch.int64")):
+            error = r[f"premul_{name}_error"]
+            assert error.startswith("UnsupportedError") and shown in error and "PREMUL_SUM" in error, error
+            assert "gloo" in error, error
 
 
 def test_all_to_all_and_point_to_point(collectives):

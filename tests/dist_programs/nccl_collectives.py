@@ -64,6 +64,8 @@ def main(out_dir):
     dist.reduce_scatter(out, [torch.full((2,), float(rank + i), device="cuda") for i in range(world)])
     r["reduce_scatter"] = out.tolist()
 
+    reduce_ops(r, rank, world)
+
     b = base.clone() if rank == 1 else torch.zeros(3, device="cuda")
     dist.broadcast(b, src=1)
     r["broadcast"] = b.tolist()
@@ -127,6 +129,48 @@ def main(out_dir):
         json.dump(r, f)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def reduce_ops(r, rank, world):
+    """NCCL's PREMUL_SUM (FSDP2's gradient divide factor) and AVG on every reduce collective."""
+    premul = dist.ReduceOp.PREMUL_SUM
+    t = torch.tensor([1.0, 2.0, 3.0], device="cuda") * (rank + 1)
+    dist.all_reduce(t, op=premul(0.5))
+    r["premul_all_reduce"] = t.tolist()
+    t = torch.tensor([3.0, 5.0], device="cuda", dtype=torch.bfloat16) * (rank + 1)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor(1 / 3, device="cuda")))  # a tensor factor
+    r["premul_all_reduce_bf16"] = t.float().tolist()
+    pair = [torch.ones(2, device="cuda") * (rank + 1), torch.full((1,), 4.0, device="cuda")]
+    dist.all_reduce_coalesced(pair, op=premul(0.25))
+    r["premul_all_reduce_coalesced"] = [p.tolist() for p in pair]
+    src = torch.arange(2.0 * world, device="cuda") + 100 * rank
+    out = torch.empty(2, device="cuda")
+    dist.reduce_scatter_tensor(out, src, op=premul(0.5))
+    r["premul_reduce_scatter_tensor"] = out.tolist()
+    r["premul_reduce_scatter_tensor_input"] = src.tolist()  # NCCL leaves the input as it was
+    dist.reduce_scatter(out, [torch.full((2,), float(rank + i), device="cuda") for i in range(world)], op=premul(2.0))
+    r["premul_reduce_scatter"] = out.tolist()
+    outs = [torch.empty(2, device="cuda") for _ in range(2)]
+    with dist._coalescing_manager(async_ops=False):
+        for o in outs:
+            dist.reduce_scatter_tensor(o, src, op=premul(0.5))
+    r["premul_reduce_scatter_tensor_coalesced"] = [o.tolist() for o in outs]
+    work = dist.all_reduce(t := torch.ones(2, device="cuda"), op=premul(0.5), async_op=True)
+    work.wait()
+    r["premul_all_reduce_async"] = t.tolist()
+    dist.reduce_scatter(out, [torch.full((2,), float(rank + i), device="cuda") for i in range(world)],
+                        op=dist.ReduceOp.AVG)
+    r["avg_reduce_scatter"] = out.tolist()
+    pair = [torch.ones(2, device="cuda") * (rank + 1), torch.full((1,), 4.0, device="cuda")]
+    dist.all_reduce_coalesced(pair, op=dist.ReduceOp.AVG)
+    r["avg_all_reduce_coalesced"] = [p.tolist() for p in pair]
+    for name, call in (("reduce", lambda: dist.reduce(torch.ones(2, device="cuda"), 0, op=premul(0.5))),
+                       ("int", lambda: dist.all_reduce(torch.ones(2, device="cuda", dtype=torch.int64), op=premul(2)))):
+        try:
+            call()
+            r[f"premul_{name}_error"] = None
+        except NotImplementedError as exc:  # torchdevice.UnsupportedError is one
+            r[f"premul_{name}_error"] = f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

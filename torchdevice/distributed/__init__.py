@@ -43,8 +43,11 @@ What differs from NCCL on gloo (measured on torch 2.13, CPU, 2 processes):
   input (reshaped to the concatenated form, no copy); ``all_to_all`` with
   uneven sizes (through ``all_to_all_single`` with split sizes);
   ``split_group`` of the default group (through ``new_subgroups_by_enumeration``);
-* not available: ``ReduceOp.PREMUL_SUM`` (raises "Cannot use
-  ReduceOp.PREMUL_SUM with Gloo") and float8 tensors ("Invalid scalar type");
+* lowered here (:mod:`.reduce_ops`), on every engine but NCCL: ``ReduceOp.PREMUL_SUM(f)``
+  (gloo raises "Cannot use ReduceOp.PREMUL_SUM with Gloo") becomes a multiply by ``f`` and
+  ``SUM`` for ``all_reduce``, ``all_reduce_coalesced``, ``reduce_scatter_tensor``,
+  ``reduce_scatter`` and their coalesced forms; ``reduce`` raises ``UnsupportedError``;
+* not available: float8 tensors ("Invalid scalar type");
 * gloo has what NCCL lacks: ``monitored_barrier``;
 * timing: gloo runs collectives on CPU threads and ``async_op`` work completes
   on them, not on a device stream; the default timeout is torch's for gloo
@@ -57,7 +60,7 @@ What differs from NCCL on gloo (measured on torch 2.13, CPU, 2 processes):
 :func:`status` gives ``(Status, note)`` for every ``torch.distributed``
 function of the catalog, derived from the active backend's engine.
 
-Modules: ``statuses`` (the catalog, the engines' differences, :func:`status`),
+Modules: ``reduce_ops`` (PREMUL_SUM lowered), ``statuses`` (the catalog, the engines' differences, :func:`status`),
 ``arguments`` (``backend``/``device_id`` translation and the state the wrappers
 read), ``wrappers`` (the replaced functions), ``install``.
 """

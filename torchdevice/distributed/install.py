@@ -2,10 +2,12 @@
 target through the Patcher; :func:`uninstall`."""
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from .arguments import _state
+from .reduce_ops import LOWERED, REFUSED, wrap_premul_sum
 from .statuses import _foreign_engines
 from .wrappers import (
     _wrap_all_gather,
@@ -30,14 +32,15 @@ def _patch_function(patcher: Patcher, modules: list[ModuleType], name: str,
     """Replace function ``name`` in every module of ``modules`` holding the same object."""
     import torch.distributed.distributed_c10d as c10d
 
-    original = getattr(c10d, name, None)
+    # patcher.get: what is there once the changes staged so far apply (a wrapper wraps the one before it)
+    original = patcher.get(c10d, name)
     if original is None:
-        original = getattr(modules[0], name, None)
+        original = patcher.get(modules[0], name)
     if original is None:
         return
     wrapper = make(original)
     for module in modules:
-        if getattr(module, name, None) is original:
+        if patcher.get(module, name) is original:
             patcher.set(module, name, wrapper)
 
 
@@ -74,13 +77,16 @@ def install(patcher: Patcher, target: Target) -> None:
     _patch_function(patcher, modules, "is_xccl_available", lambda f: _wrap_available(f, "xccl"))
     _patch_function(patcher, modules, "is_backend_available", lambda f: _wrap_available(f, None))
     if _state.engine == "gloo":
-        all_to_all_single = c10d.all_to_all_single
-        subgroups = c10d.new_subgroups_by_enumeration  # the wrapped one: maps its backend too
+        all_to_all_single = patcher.get(c10d, "all_to_all_single")
+        subgroups = patcher.get(c10d, "new_subgroups_by_enumeration")  # the wrapped one: maps its backend too
         _patch_function(patcher, modules, "all_gather", _wrap_all_gather)
         _patch_function(patcher, modules, "all_gather_into_tensor", _wrap_all_gather_into_tensor)
         _patch_function(patcher, modules, "reduce_scatter_tensor", _wrap_reduce_scatter_tensor)
         _patch_function(patcher, modules, "all_to_all", lambda f: _wrap_all_to_all(f, all_to_all_single))
         _patch_function(patcher, modules, "split_group", lambda f: _wrap_split_group(f, subgroups))
+    if _state.engine is not None and _state.engine != "nccl":  # PREMUL_SUM is NCCL's alone
+        for name in (*LOWERED, *REFUSED):
+            _patch_function(patcher, modules, name, functools.partial(wrap_premul_sum, name=name))
     ddp = ddp_module.DistributedDataParallel
     patcher.set(ddp, "__init__", _wrap_ddp_init(ddp.__init__))
 

@@ -62,7 +62,8 @@ ENGINE_NOTES: dict[str, dict[str, tuple[Status, str]]] = {
         "reduce_scatter_tensor": (
             Status.NATIVE, "gloo; the stacked (world_size, *shape) input is reshaped to the concatenated form (no copy)"),
         "all_to_all": (Status.NATIVE, "gloo; uneven sizes emulated through all_to_all_single with split sizes"),
-        "all_reduce": (Status.NATIVE, "gloo (SUM/PRODUCT/MIN/MAX/AVG/BAND/BOR/BXOR); ReduceOp.PREMUL_SUM and float8 dtypes raise"),
+        "all_reduce": (Status.NATIVE, "gloo (SUM/PRODUCT/MIN/MAX/AVG/BAND/BOR/BXOR); ReduceOp.PREMUL_SUM(f) lowered to "
+                       "a multiply by f and SUM (NCCL's numbers); float8 dtypes raise"),
         "barrier": (Status.NATIVE, "gloo; device_ids accepted and not needed"),
         "monitored_barrier": (Status.NATIVE, "gloo (NCCL has no monitored_barrier)"),
         "split_group": (

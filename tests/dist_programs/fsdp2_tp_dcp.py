@@ -1,0 +1,117 @@
+"""FSDP2 + DTensor tensor parallel + DCP, written for CUDA + NCCL, 2 ranks (issue 31).
+
+Launched unmodified: ``torchrun --nproc-per-node 2 -m torchdevice run fsdp2_tp_dcp.py OUT``.
+Its hand port to CPU/gloo is ``fsdp2_tp_dcp_native.py``; tests/test_dist_programs.py runs both
+and compares every number. Each rank writes ``OUT/rank{RANK}.pt``; rank 0's DCP checkpoint is
+``OUT/ckpt`` (the port loads a translated run's checkpoint with ``--load CKPT``).
+
+* FSDP2 with bf16 ``MixedPrecisionPolicy`` (fp32 reduce) and ``set_gradient_divide_factor(4.0)``:
+  NCCL reduce-scatters with ``ReduceOp.PREMUL_SUM(0.25)``;
+* the full state dict gathered from the DTensor shards;
+* DCP save, then load into a freshly sharded model;
+* tensor parallel (``ColwiseParallel``/``RowwiseParallel``) and DTensor ``Shard``/``Replicate``.
+No random op runs on a DTensor; data and weights come from a CPU generator.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+STEPS = 4
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)  # weights made on the host, then moved: the same on every rank and machine
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
+
+
+def batches(rank: int) -> list:
+    g = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(8, 16, generator=g), torch.randn(8, 8, generator=g)) for _ in range(STEPS)]
+
+
+def sharded(mesh) -> nn.Module:
+    m = model().cuda()
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in (m[0], m[2], m[4]):
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(m, mesh=mesh, mp_policy=policy)
+    m.set_gradient_divide_factor(4.0)  # NCCL: ReduceOp.PREMUL_SUM(0.25)
+    return m
+
+
+def full(state: dict) -> dict:
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu() for k, v in state.items()}
+
+
+def train_fsdp(mesh, rank: int, out: dict) -> nn.Module:
+    m = sharded(mesh)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    losses = []
+    for x, y in batches(rank):
+        loss = (m(x.cuda()).float() - y.cuda()).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach().cpu())
+    out["fsdp_losses"] = torch.stack(losses)
+    out["fsdp_full_state"] = full(m.state_dict())
+    return m
+
+
+def dcp_round_trip(m: nn.Module, mesh, ckpt: str, out: dict) -> None:
+    dcp.save(m.state_dict(), checkpoint_id=ckpt)
+    fresh = sharded(mesh)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    state = fresh.state_dict()
+    dcp.load(state, checkpoint_id=ckpt)
+    fresh.load_state_dict(state)
+    out["dcp_loaded_state"] = full(fresh.state_dict())
+
+
+def tensor_parallel(mesh, rank: int, out: dict) -> None:
+    m = model().cuda()
+    parallelize_module(m, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    losses = []
+    for x, y in batches(0):  # the same batch on both ranks, as TP wants
+        loss = (m[:3](x.cuda()) - y.repeat(1, 4).cuda()).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach().cpu())
+    out["tp_losses"] = torch.stack(losses)
+    out["tp_full_state"] = full(m.state_dict())
+    big = torch.arange(24.0, device="cuda").reshape(4, 6)
+    d = distribute_tensor(big, mesh, [Shard(0)])
+    out["dtensor_local_shard"] = d.to_local().cpu()
+    out["dtensor_replicated_sum"] = (d.redistribute(mesh, [Replicate()]) * (rank + 1)).to_local().sum().cpu()
+    out["dtensor_matmul"] = (d @ distribute_tensor(big.T.contiguous(), mesh, [Replicate()])).full_tensor().cpu()
+
+
+def main(out_dir: str) -> None:
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cuda", (dist.get_world_size(),), mesh_dim_names=("dp",))
+    out: dict = {}
+    m = train_fsdp(mesh, rank, out)
+    dcp_round_trip(m, mesh, os.path.join(out_dir, "ckpt"), out)
+    tensor_parallel(mesh, rank, out)
+    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
