@@ -230,7 +230,7 @@ class Outcome:
 
 def run(python: str, side: str, name: str, config: Config, workdir: Path, native: Path, assets: Path,
         timeout: float) -> Outcome:
-    """One configuration on one side; a resuming configuration runs twice and reports the second run's steps."""
+    """One configuration on one side; a resuming configuration runs twice and reports both runs' steps."""
     dump = workdir / "runs" / f"{name}-{side}"
     if dump.exists():
         shutil.rmtree(dump)
@@ -247,7 +247,7 @@ def run(python: str, side: str, name: str, config: Config, workdir: Path, native
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
             return Outcome(losses, time.perf_counter() - start, f"exit {done.returncode}: {' / '.join(tail)[-300:]}")
-        losses = parse_losses(done.stdout + done.stderr)
+        losses += parse_losses(done.stdout + done.stderr)
     return Outcome(losses, time.perf_counter() - start)
 
 

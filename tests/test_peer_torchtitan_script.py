@@ -110,7 +110,7 @@ def test_native_runs_the_edited_copy_and_translated_runs_the_unmodified_trainer_
     assert env["TORCHDEVICE_BACKEND"] == "sim" and "PYTHONPATH" not in env
 
 
-def test_a_resuming_configuration_reports_its_second_run_and_a_failed_run_stops_it(peer, tmp_path, monkeypatch):
+def test_a_resuming_configuration_reports_both_runs_and_a_failed_run_stops_it(peer, tmp_path, monkeypatch):
     calls = []
 
     def fake_run(argv, **kwargs):
@@ -120,7 +120,8 @@ def test_a_resuming_configuration_reports_its_second_run_and_a_failed_run_stops_
 
     monkeypatch.setattr(peer.subprocess, "run", fake_run)
     outcome = peer.run("py", "cpu", "checkpoint", peer.CONFIGS["checkpoint"], tmp_path, tmp_path, tmp_path, 10)
-    assert len(calls) == 2 and outcome.error is None and outcome.losses == [(6, "1.00000", "0.5000")]
+    assert len(calls) == 2 and outcome.error is None
+    assert outcome.losses == [(1, "1.00000", "0.5000"), (6, "1.00000", "0.5000")]  # the saving run's, then the resumed
     monkeypatch.setattr(peer.subprocess, "run",
                         lambda argv, **kwargs: subprocess.CompletedProcess(argv, -11, "", "Segmentation fault\n"))
     outcome = peer.run("py", "sim", "checkpoint", peer.CONFIGS["checkpoint"], tmp_path, tmp_path, tmp_path, 10)
