@@ -32,9 +32,10 @@ def main() -> None:
     for block in model:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
-    model.set_gradient_divide_factor(4.0)
-    if args.backend == "gloo":
-        model.set_force_sum_reduction_for_comms(True)
+    for block in model:  # each fully_shard module's own parameters (the root holds none)
+        block.set_gradient_divide_factor(4.0)
+        if args.backend == "gloo":
+            block.set_force_sum_reduction_for_comms(True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(64, args.width, generator=torch.Generator().manual_seed(dist.get_rank())).to(args.device)
     times = []

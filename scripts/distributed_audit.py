@@ -33,15 +33,11 @@ def _files(torch_dir: str) -> list[str]:
 
 
 def _dotted(node: ast.AST) -> str | None:
-    """``torch.cuda.is_available`` for the attribute chain ``node``, or None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
+    """``torch.cuda.is_available`` for the attribute chain ``node``, or None (the scanner's chain reader)."""
+    from torchdevice.scan.syntax import _chain_parts
+
+    chain = _chain_parts(node)
+    return None if chain is None else ".".join([chain[0].id, *chain[1]])
 
 
 def _asked(node: ast.AST) -> str | None:

@@ -44,7 +44,8 @@ def _assert_equal(got, expected, where: str) -> None:
     assert torch.equal(got, expected), f"{where}: {got} != {expected}"
 
 
-@pytest.mark.parametrize("part", ["fsdp_losses", "fsdp_full_state", "dcp_loaded_state", "tp_losses",
+@pytest.mark.parametrize("part", ["fsdp_losses", "fsdp_grad_norms", "fsdp_full_state", "fsdp_optim_state",
+                                  "dcp_loaded_state", "dcp_optim_state", "tp_losses",
                                   "tp_full_state", "dtensor_local_shard", "dtensor_replicated_sum",
                                   "dtensor_matmul"])
 def test_every_number_equals_the_native_port(on_target, runs, part):  # on_target: runs on every target
@@ -62,7 +63,9 @@ def test_it_trained_and_the_checkpoint_round_trips(on_target, runs):
     for rank in range(2):
         changed = [k for k, v in translated[rank]["fsdp_full_state"].items() if not torch.equal(v, initial[k])]
         assert changed == list(initial), changed  # every weight trained
+        assert len(translated[rank]["fsdp_optim_state"]) == 3 * len(initial)  # AdamW's step, exp_avg, exp_avg_sq
         _assert_equal(translated[rank]["dcp_loaded_state"], translated[rank]["fsdp_full_state"], "DCP round trip")
+        _assert_equal(translated[rank]["dcp_optim_state"], translated[rank]["fsdp_optim_state"], "optimizer")
     _assert_equal(translated[0]["fsdp_full_state"], translated[1]["fsdp_full_state"], "ranks' full state")
 
 

@@ -259,6 +259,8 @@ def test_reduce_ops_gloo_lacks_are_lowered_with_nccls_numbers(collectives):
                                                           2.0 + 100 * rank, 3.0 + 100 * rank]
         # (arange(4) + 100 r) / 2 summed over r: [50, 51, 52, 53], rank i keeps its half
         assert r["premul_reduce_scatter_tensor"] == [[50.0, 51.0], [52.0, 53.0]][rank]
+        assert r["premul_reduce_scatter_single"] == r["premul_reduce_scatter_tensor"]
+        assert r["all_gather_single_stacked"] == [[50.0, 51.0], [52.0, 53.0]]
         assert r["premul_reduce_scatter_tensor_coalesced"] == [[[50.0, 51.0], [52.0, 53.0]][rank]] * 2
         assert r["premul_reduce_scatter"] == [[2.0, 2.0], [6.0, 6.0]][rank]  # 2 ((0 + i) + (1 + i))
         assert r["premul_all_reduce_async"] == [1.0, 1.0]

@@ -10,8 +10,10 @@ translated program saved into a fresh model (``dcp_loaded_from_translated``).
 
 * FSDP2 with bf16 ``MixedPrecisionPolicy`` (fp32 reduce) and ``set_gradient_divide_factor(4.0)``:
   NCCL reduce-scatters with ``ReduceOp.PREMUL_SUM(0.25)``;
-* the full state dict gathered from the DTensor shards;
-* DCP save, then load into a freshly sharded model;
+* AdamW and ``clip_grad_norm_`` over the DTensor gradients;
+* the full state dict gathered from the DTensor shards, and AdamW's (``get_state_dict``);
+* DCP save, then load into a freshly sharded model; model + optimizer saved and loaded back
+  (``get_state_dict``/``set_state_dict``);
 * tensor parallel (``ColwiseParallel``/``RowwiseParallel``) and DTensor ``Shard``/``Replicate``.
 No random op runs on a DTensor; data and weights come from a CPU generator.
 """
@@ -22,6 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -46,8 +49,9 @@ def sharded(mesh) -> nn.Module:
     for layer in (m[0], m[2], m[4]):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(m, mesh=mesh, mp_policy=policy)
-    m.set_gradient_divide_factor(4.0)
-    m.set_force_sum_reduction_for_comms(True)  # gloo: SUM, then divide by 4
+    for layer in (m[0], m[2], m[4]):  # each fully_shard module's own parameters (the root holds none)
+        layer.set_gradient_divide_factor(4.0)
+        layer.set_force_sum_reduction_for_comms(True)  # gloo: SUM, then divide by 4
     return m
 
 
@@ -55,22 +59,37 @@ def full(state: dict) -> dict:
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu() for k, v in state.items()}
 
 
-def train_fsdp(mesh, rank: int, out: dict) -> nn.Module:
+def train_fsdp(mesh, rank: int, out: dict) -> tuple:
     m = sharded(mesh)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    losses = []
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    losses, norms = [], []
     for x, y in batches(rank):
         loss = (m(x).float() - y).pow(2).mean()
         loss.backward()
+        norms.append(nn.utils.clip_grad_norm_(m.parameters(), 0.5).full_tensor().cpu())
         opt.step()
         opt.zero_grad()
         losses.append(loss.detach().cpu())
     out["fsdp_losses"] = torch.stack(losses)
+    out["fsdp_grad_norms"] = torch.stack(norms)
     out["fsdp_full_state"] = full(m.state_dict())
-    return m
+    out["fsdp_optim_state"] = optim_state(m, opt)
+    return m, opt
 
 
-def dcp_round_trip(m: nn.Module, mesh, ckpt: str, out: dict) -> None:
+def optim_state(m: nn.Module, opt) -> dict:
+    """AdamW's state, gathered whole (``get_state_dict`` with ``full_state_dict``), tensors only."""
+    _, state = get_state_dict(m, opt, options=StateDictOptions(full_state_dict=True))  # on every rank
+    return {f"{fqn}.{k}": v.detach().cpu() for fqn, entry in state["state"].items() for k, v in entry.items()}
+
+
+def dcp_round_trip(m: nn.Module, opt, mesh, ckpt: str, out: dict) -> None:
+    model_state, optim = get_state_dict(m, opt)
+    dcp.save({"model": model_state, "optim": optim}, checkpoint_id=ckpt + "_with_optim")
+    model_state, optim = get_state_dict(m, opt)
+    dcp.load({"model": model_state, "optim": optim}, checkpoint_id=ckpt + "_with_optim")
+    set_state_dict(m, opt, model_state_dict=model_state, optim_state_dict=optim)
+    out["dcp_optim_state"] = optim_state(m, opt)
     dcp.save(m.state_dict(), checkpoint_id=ckpt)
     fresh = sharded(mesh)
     with torch.no_grad():
@@ -115,8 +134,8 @@ def main(out_dir: str, load: str | None) -> None:
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
     out: dict = {}
-    m = train_fsdp(mesh, rank, out)
-    dcp_round_trip(m, mesh, os.path.join(out_dir, "ckpt"), out)
+    m, opt = train_fsdp(mesh, rank, out)
+    dcp_round_trip(m, opt, mesh, os.path.join(out_dir, "ckpt"), out)
     tensor_parallel(mesh, rank, out)
     if load is not None:
         load_translated(mesh, load, out)

@@ -148,6 +148,12 @@ def reduce_ops(r, rank, world):
     dist.reduce_scatter_tensor(out, src, op=premul(0.5))
     r["premul_reduce_scatter_tensor"] = out.tolist()
     r["premul_reduce_scatter_tensor_input"] = src.tolist()  # NCCL leaves the input as it was
+    single = torch.empty(2, device="cuda")
+    dist.reduce_scatter_single(single, src.view(world, 2), op=premul(0.5))  # FSDP2's call, stacked input
+    r["premul_reduce_scatter_single"] = single.tolist()
+    stacked = torch.empty(world, 2, device="cuda")
+    dist.all_gather_single(stacked, single)
+    r["all_gather_single_stacked"] = stacked.tolist()
     dist.reduce_scatter(out, [torch.full((2,), float(rank + i), device="cuda") for i in range(world)], op=premul(2.0))
     r["premul_reduce_scatter"] = out.tolist()
     outs = [torch.empty(2, device="cuda") for _ in range(2)]

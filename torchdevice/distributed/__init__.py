@@ -45,8 +45,8 @@ What differs from NCCL on gloo (measured on torch 2.13, CPU, 2 processes):
   ``split_group`` of the default group (through ``new_subgroups_by_enumeration``);
 * lowered here (:mod:`.reduce_ops`), on every engine but NCCL: ``ReduceOp.PREMUL_SUM(f)``
   (gloo raises "Cannot use ReduceOp.PREMUL_SUM with Gloo") becomes a multiply by ``f`` and
-  ``SUM`` for ``all_reduce``, ``all_reduce_coalesced``, ``reduce_scatter_tensor``,
-  ``reduce_scatter`` and their coalesced forms; ``reduce`` raises ``UnsupportedError``;
+  ``SUM`` for ``all_reduce``, ``all_reduce_coalesced``, ``reduce_scatter_single`` (and its
+  alias ``reduce_scatter_tensor``), ``reduce_scatter`` and their coalesced forms; ``reduce`` raises ``UnsupportedError``;
 * not available: float8 tensors ("Invalid scalar type");
 * gloo has what NCCL lacks: ``monitored_barrier``;
 * timing: gloo runs collectives on CPU threads and ``async_op`` work completes

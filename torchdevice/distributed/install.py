@@ -82,6 +82,9 @@ def install(patcher: Patcher, target: Target) -> None:
         _patch_function(patcher, modules, "all_gather", _wrap_all_gather)
         _patch_function(patcher, modules, "all_gather_into_tensor", _wrap_all_gather_into_tensor)
         _patch_function(patcher, modules, "reduce_scatter_tensor", _wrap_reduce_scatter_tensor)
+        # torch 2.13's names (the two above are their deprecated aliases), which FSDP2 calls directly
+        _patch_function(patcher, modules, "all_gather_single", _wrap_all_gather_into_tensor)
+        _patch_function(patcher, modules, "reduce_scatter_single", _wrap_reduce_scatter_tensor)
         _patch_function(patcher, modules, "all_to_all", lambda f: _wrap_all_to_all(f, all_to_all_single))
         _patch_function(patcher, modules, "split_group", lambda f: _wrap_split_group(f, subgroups))
     if _state.engine is not None and _state.engine != "nccl":  # PREMUL_SUM is NCCL's alone

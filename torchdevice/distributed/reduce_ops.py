@@ -4,7 +4,8 @@
 ``set_gradient_divide_factor``) is NCCL's "multiply every input by ``factor``, then sum":
 lowered to that multiply (by ``factor`` in the tensor's dtype, as NCCL takes the scalar)
 plus ``ReduceOp.SUM``, for ``all_reduce`` and ``all_reduce_coalesced`` (in place, as NCCL
-overwrites the tensor anyway), ``reduce_scatter_tensor`` and ``reduce_scatter`` (on a scaled
+overwrites the tensor anyway), ``reduce_scatter_single`` (torch 2.13's name, which FSDP2 calls;
+``reduce_scatter_tensor`` is its deprecated alias) and ``reduce_scatter`` (on a scaled
 copy: NCCL leaves the input as it was) and so for their coalesced forms
 (``_coalescing_manager`` records the lowered calls). ``reduce`` (only the destination's tensor
 changes) and tensors that are not floating point raise :class:`~torchdevice.errors.UnsupportedError`
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 #: the collectives lowered, and the parameter holding what they reduce
 LOWERED = {"all_reduce": "tensor", "all_reduce_coalesced": "tensors", "reduce_scatter_tensor": "input",
-           "reduce_scatter": "input_list"}
+           "reduce_scatter_single": "input", "reduce_scatter": "input_list"}
 #: what cannot be lowered (only the destination's tensor may change)
 REFUSED = ("reduce",)
 
