@@ -49,6 +49,12 @@ def _query_while_running(monkeypatch) -> None:
     monkeypatch.setattr(qc.QueueStream, "query", lambda self: True)
 
 
+def _query_true_once_the_last_job_is_taken(monkeypatch) -> None:
+    """query() answers whether jobs wait on the queue, not whether any still runs: True as soon as the worker
+    takes the last one, before it is done (a single look right after queuing mostly sees it still queued)."""
+    monkeypatch.setattr(qc.QueueStream, "query", lambda self: qc.work_queue(self.device_index, self.stream_id)._items.empty())
+
+
 def _synchronize_nothing(monkeypatch) -> None:
     monkeypatch.setattr(qc.QueueStreams, "synchronize", emulated("waits for the device (it does not)")(
         lambda self, index: None))
@@ -83,7 +89,9 @@ def _variable_in_availability(monkeypatch) -> None:
 
 #: bug -> (how to plant it, the check that must fail, text its failure must contain)
 PLANTED = {
-    "query_true_while_work_runs": (_query_while_running, "queues", "query() is True while 200 ms of queued work runs"),
+    "query_true_while_work_runs": (_query_while_running, "queues", "query() is True"),
+    "query_true_once_the_last_job_is_taken": (_query_true_once_the_last_job_is_taken, "queues",
+                                              "(not only until a worker takes it off the queue)"),
     "synchronize_does_nothing": (_synchronize_nothing, "queues", "query() is False right after synchronize(0)"),
     "record_drains_the_queue": (_record_drains, "queues", "Event.record() blocked the host"),
     "one_generator_for_all_devices": (_shared_generator, "behaviour", "changed device 0's generator state"),

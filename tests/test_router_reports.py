@@ -221,11 +221,21 @@ def test_resolution_failures_are_reported_in_full(router_state):
     active = router.active()
     assert (active.name, active.priority, active.owner, active.device_count) == ("alpha", top + 5, "alpha", 1)
     # asked for by name, the failure is the error, naming where the choice came from
-    router_state.setenv("TORCHDEVICE_BACKEND", "empty")
+    router_state.setenv("TORCHDEVICE_BACKEND", "liar")
     with pytest.raises(BackendUnavailableError) as info:
         torchdevice.current_backend()
-    assert (info.value.name, info.value.reason) == ("empty", reasons["empty"])
+    assert (info.value.name, info.value.reason) == ("liar", reasons["liar"])
     assert "(from TORCHDEVICE_BACKEND)" in str(info.value) and "alpha" in info.value.available
+
+
+def test_a_backend_asked_for_by_name_may_have_no_device(router_state):
+    """As a CUDA process with CUDA_VISIBLE_DEVICES="": it runs, and sees no device (automatic selection passes it over)."""
+    router_state.register(make_backend("empty", _top() + 20, device_count=0))
+    router_state.register(make_backend("alpha", _top() + 5))
+    assert torchdevice.current_backend() == "alpha"
+    router_state.setenv("TORCHDEVICE_BACKEND", "empty")
+    active = router.active()
+    assert (active.name, active.device_count, active.available) == ("empty", 0, False)
 
 
 def test_a_chosen_backend_failing_at_resolution_names_the_choice(router_state):

@@ -589,7 +589,9 @@ class Backend:
         raise NotImplementedError
 
     def device_count(self) -> int:
-        """Return the number of devices (at least 1); called once, when the backend is first resolved."""
+        """Return the number of devices (at least 1 for automatic selection; 0 is accepted for a backend asked for by
+        name, whose program then sees no device, `is_available()` False, as a CUDA process with
+        `CUDA_VISIBLE_DEVICES=""`: sim hides its devices so); called once, when the backend is first resolved."""
         raise NotImplementedError
 
     def device_properties(self, index: int) -> DeviceProperties:

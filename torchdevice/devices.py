@@ -516,8 +516,9 @@ def install(patcher: Patcher, target: Target) -> None:
     _translated.clear()
     for name in ("cpu", _Device("cpu"), target.device_type):
         map_device(name)
-    for source in target.sources:  # warm the cache for the common spellings
-        for spelling in (source, f"{source}:0", _Device(source), _Device(source, 0), 0):
+    for source in target.sources:  # warm the cache for the common spellings (device 0's where there is one)
+        indexed = (f"{source}:0", _Device(source, 0), 0) if target.device_count else ()
+        for spelling in (source, _Device(source), *indexed):
             map_device(spelling)
 
     patcher.set(torch, "device", device)

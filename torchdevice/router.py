@@ -442,7 +442,10 @@ def _ask(name: str, owner: str, hook: str, errors: list[plugins.Problem], **extr
     return plugin, result
 
 
-def _resolve(name: str) -> Target:
+def _resolve(name: str, chosen: bool = False) -> Target:
+    """The backend ``name`` as a Target. A device count of 0 is a fault for automatic selection; a backend
+    asked for by name (``chosen``) may have no device, as a CUDA process with ``CUDA_VISIBLE_DEVICES=""``
+    has none: the program sees ``is_available()`` False (sim hides its devices so)."""
     errors: list = []
     found = {}
     record = _named_records(name)[name]
@@ -456,8 +459,8 @@ def _resolve(name: str) -> Target:
             why = f"returned {found[hook]!r}, not a {expected.__name__}"
             plugins.report(plugins.Problem(cast(str, plugin), f"torchdevice_{hook}", why))  # it answered: named
             raise BackendUnavailableError(name, f"torchdevice_{hook} of plugin {plugin!r} {why}", [])
-    if found["device_count"] < 1:
-        why = f"torchdevice_device_count of plugin {owner!r} returned {found['device_count']}, not at least 1"
+    if found["device_count"] < (0 if chosen else 1):
+        why = f"torchdevice_device_count of plugin {owner!r} returned {found['device_count']}, not at least {int(not chosen)}"
         plugins.report(plugins.Problem(owner, "torchdevice_device_count", why))
         raise BackendUnavailableError(name, why, [])
     # a declared backend's record has a device type and a priority
@@ -487,7 +490,7 @@ def _activate() -> Target:
             if source != "priority":
                 check(name, source)  # explicit choice: a clear error, no fallback
             try:
-                backend = _resolve(name)
+                backend = _resolve(name, chosen=source != "priority")
             except BackendUnavailableError as exc:
                 _unresolvable[name] = exc.reason
                 _mark_unresolvable(_named_records(name))

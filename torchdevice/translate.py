@@ -68,9 +68,9 @@ def installers() -> tuple[ModuleType, ...]:
     Imported by the first :func:`patch`, not by ``import torchdevice``: they build the namespace
     table and import ``torch.distributed``, which a program that never translates does not pay for.
     """
-    from . import amp, devices, distributed, namespaces
+    from . import amp, amp_rules, devices, distributed, namespaces
 
-    return (devices, namespaces, amp, distributed, boundary)
+    return (devices, namespaces, amp, amp_rules, distributed, boundary)
 
 
 def _report_available_default() -> bool:
@@ -180,6 +180,7 @@ def patch(*, report_available: bool | None = None, source: str | None = None) ->
                 extra(patcher, new_target)
         except BaseException:
             patcher.discard()
+            _uninstall_installers()  # what an installer did outside the patcher (amp_rules' kernels)
             raise
         boundary.warm()  # torch's lazy caches, filled from torch's own objects before the commit
         patcher.commit()
@@ -203,11 +204,15 @@ def _unpatch_locked() -> None:
 
         integrations.deactivate()
         _patcher.restore()
-        for module in installers():
-            uninstall = getattr(module, "uninstall", None)
-            if uninstall is not None:
-                uninstall()
+        _uninstall_installers()
     _patcher, _target = None, None
+
+
+def _uninstall_installers() -> None:
+    for module in installers():
+        uninstall = getattr(module, "uninstall", None)
+        if uninstall is not None:
+            uninstall()
 
 
 def unpatch() -> None:

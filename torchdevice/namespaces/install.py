@@ -167,8 +167,11 @@ def _install_nvtx(patcher: Patcher, target: Target) -> None:
 
 
 def _install_comm(patcher: Patcher, target: Target) -> None:
-    """``torch.cuda.comm.<fn>`` -> :mod:`torchdevice.comm`'s function over the backend's collectives."""
+    """``torch.cuda.comm.<fn>`` -> :mod:`torchdevice.comm`'s function over the backend's collectives; and
+    ``torch.nn.parallel.comm.<fn>``, where torch.cuda.comm's functions come from and ``nn.DataParallel``
+    calls them (its scatter, gather and replication: ``torch._C._scatter`` ... exist in CUDA builds only)."""
     import torch.cuda.comm as cuda_comm
+    import torch.nn.parallel.comm as parallel_comm
     for name in COMM_FUNCTIONS:
         impl = getattr(comm, name, None)
         if not callable(impl) or name not in vars(cuda_comm):
@@ -180,6 +183,8 @@ def _install_comm(patcher: Patcher, target: Target) -> None:
         else:
             obj = _wrap(api, status_, note, impl, name)
         patcher.set(cuda_comm, name, obj)
+        if vars(parallel_comm).get(name) is vars(cuda_comm)[name]:
+            patcher.set(parallel_comm, name, obj)
 
 
 def uninstall() -> None:

@@ -472,12 +472,24 @@ def _queue_wait(active: Target, index: int) -> tuple[Any, float]:
     return stream, start
 
 
+#: How often the ``queues`` check samples ``query()`` while the queued work runs, in milliseconds.
+QUERY_EVERY_MS = 5.0
+
+
 def _check_query(active: Target, index: int) -> None:
-    stream, _ = _queue_wait(active, index)
-    busy = stream.query()
-    assert busy is False, (
-        f"current_stream({index}).query() is {busy!r} while {QUEUED_MS:g} ms of queued work runs: it must be "
-        "False until the stream's work is complete")
+    """``query()`` is False right after queuing and at every sample while the work runs (for the first half of
+    it): a query() that turns True once a worker has taken the last job off the queue, before that job is
+    done, would pass a single look right after queuing, which can come before the worker takes it."""
+    stream, start = _queue_wait(active, index)
+    while True:
+        elapsed = _ms_since(start)
+        busy = stream.query()
+        assert busy is False, (
+            f"current_stream({index}).query() is {busy!r} {elapsed:.0f} ms into {QUEUED_MS:g} ms of queued work: "
+            "it must be False until the stream's work is complete (not only until a worker takes it off the queue)")
+        if elapsed >= QUEUED_MS / 2:
+            break
+        time.sleep(QUERY_EVERY_MS / 1000)
     stream.synchronize()
     assert stream.query() is True, f"current_stream({index}).query() is not True after its synchronize()"
 

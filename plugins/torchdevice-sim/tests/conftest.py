@@ -110,3 +110,36 @@ def _stacks_of_a_hung_group(process: subprocess.Popen) -> tuple[str, str]:
 def torchrun(args: list[str], backend: str | None = None) -> subprocess.CompletedProcess:
     """Two ranks on this machine, as ``torchrun --standalone --nproc-per-node 2 args...``."""
     return run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args], backend)
+
+
+# -- nn.DataParallel, natively and translated (the data_parallel_check fixture) ----------------------------
+
+
+def _dp_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def check_data_parallel(device: str) -> None:
+    """Forward and backward of DataParallel over devices 0 and 1 of ``device``'s type: the output is the CPU
+    model's on the whole batch, each gradient the sum of the CPU gradients of the two halves (DataParallel
+    adds the replicas' gradients, in device order)."""
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    reference, model = _dp_model(), _dp_model()
+    parallel = torch.nn.DataParallel(model.to(device), device_ids=[0, 1])
+    out = parallel(x.to(device))
+    assert out.device.index == 0
+    assert torch.equal(out.cpu(), reference(x))
+    out.square().sum().backward()
+    halves = []
+    for part in (x[:3], x[3:]):
+        reference.zero_grad()
+        reference(part).square().sum().backward()
+        halves.append([p.grad.clone() for p in reference.parameters()])
+    for param, first, second in zip(model.parameters(), *halves):
+        assert param.grad.device == out.device and torch.equal(param.grad.cpu(), first + second)
+
+
+@pytest.fixture
+def data_parallel_check():
+    return check_data_parallel

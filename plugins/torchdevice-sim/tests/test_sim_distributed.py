@@ -112,3 +112,27 @@ def test_translated_cuda_comm_on_sim(runner):
         "gather_host": [["cpu", torch.cat([one, two]).tolist()]],
     }
     assert got == expected
+
+
+def test_dtensor_random_ops_use_sims_philox_offsets(synced, tmp_path):
+    """torch.distributed.tensor's RNG tracker reads the device's state as CUDA's (seed, offset) and moves the
+    offset past the whole DTensor's elements; a single rank (world size 1), the tracker's whole protocol."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("simccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("sim", (1,))
+        draws = []
+        for _ in range(2):
+            torch.manual_seed(5)
+            tensor = distribute_tensor(torch.empty(10, 6, device="sim"), mesh, [Shard(0)])
+            torch.nn.init.normal_(tensor)
+            offset = int(synced.get_rng_state()[8:].view(torch.int64))
+            dropped = torch.nn.functional.dropout(tensor, 0.5)
+            draws.append((tensor.to_local().cpu(), dropped.to_local().cpu()))
+        assert offset == 60  # the tracker's own rule: the DTensor's 60 elements, rounded up to a multiple of 4
+        assert torch.equal(draws[0][0], draws[1][0]) and torch.equal(draws[0][1], draws[1][1])
+        assert 0 < int((draws[0][1] == 0).sum()) < 60
+    finally:
+        dist.destroy_process_group()

@@ -118,9 +118,19 @@ def test_per_device_rng_is_independent_and_reproducible(on_sim):
     assert torch.equal(torch.randn(3, device="cuda:1").cpu(), first.cpu())
     assert torch.equal(torch.randn(3, device="cuda:1").cpu(), second.cpu())
     state = torch.cuda.get_rng_state(1)
+    assert state.dtype == torch.uint8 and state.shape == (16,)  # CUDA's Philox (seed, offset)
+    assert int(state[:8].view(torch.int64)) == 1234 and int(state[8:].view(torch.int64)) == 8
     draw = torch.rand(4, device="cuda:1")
     torch.cuda.set_rng_state(state, 1)
     assert torch.equal(torch.rand(4, device="cuda:1").cpu(), draw.cpu())
+
+
+def test_group_norm_on_a_channels_last_cuda_tensor_gives_the_cpus_numbers(on_sim):
+    """diffusers' UNet: group_norm of a channels_last activation (the op's decomposition refused it on sim)."""
+    x = torch.randn(2, 8, 4, 4, generator=torch.Generator().manual_seed(0))
+    out = torch.nn.functional.group_norm(x.cuda().to(memory_format=torch.channels_last), 4)
+    assert out.is_cuda and out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out.cpu(), torch.nn.functional.group_norm(x.to(memory_format=torch.channels_last), 4))
 
 
 # -- AMP and checkpoints --------------------------------------------------------------------------------
@@ -273,3 +283,50 @@ def test_translated_module_moves_keep_shared_parameters_shared(on_sim, move):
     reference = _Tied()
     reference.head(reference.embed(torch.arange(3))).sum().backward()
     assert torch.equal(model.embed.weight.grad.cpu(), reference.embed.weight.grad)
+
+
+# -- visible devices ------------------------------------------------------------------------------------
+
+
+def _sees(env: dict[str, str], native: bool = False) -> dict:
+    """What a program sees on sim under ``env``: translated (CUDA's view) or natively (sim's)."""
+    program = ("import json, torch, torchdevice_sim; torchdevice_sim.load(); n = torch.sim.device_count(); "
+               "print(json.dumps({'count': n, 'uuids': [torch.sim.get_device_properties(i).uuid for i in range(n)]}))"
+               if native else str(ROOT / "plugins/torchdevice-sim/tests/programs/visible_cuda.py"))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHDEVICE_BACKEND", "CUDA_VISIBLE", "TORCHDEVICE_SIM_"))}
+    args = ["-c", program] if native else [program]
+    translated = {} if native else {"TORCHDEVICE_BACKEND": "sim"}
+    done = subprocess.run([sys.executable, *args], env={**base, **translated, **env}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_cuda_visible_devices_selects_and_reorders_sims_devices_as_cudas_driver(sim):
+    every = _sees({})
+    assert every["count"] == 2 and every["available"]
+    first, second = every["uuids"]
+    swapped = _sees({"CUDA_VISIBLE_DEVICES": "1,0"})
+    assert swapped["uuids"] == [second, first] and swapped["devices"] == ["sim:0", "sim:1"]
+    assert swapped["total"] == every["total"]
+    assert _sees({"CUDA_VISIBLE_DEVICES": ""}) == {"available": False, "count": 0, "uuids": [], "total": [], "devices": []}
+    three = _sees({"CUDA_VISIBLE_DEVICES": "2,0", "TORCHDEVICE_SIM_DEVICES": "3"})
+    assert three["count"] == 2 and three["uuids"][1] == first and three["uuids"][0] not in every["uuids"]
+    # natively sim reads its own variable: CUDA_VISIBLE_DEVICES hides the host's GPUs, not sim's
+    native = _sees({"CUDA_VISIBLE_DEVICES": "", "TORCHDEVICE_SIM_VISIBLE_DEVICES": "1"}, native=True)
+    assert native == {"count": 1, "uuids": [second]}
+
+
+def test_a_bad_visible_devices_value_is_an_error_naming_it(sim):
+    program = str(ROOT / "plugins/torchdevice-sim/tests/programs/visible_cuda.py")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHDEVICE_BACKEND", "CUDA_VISIBLE", "TORCHDEVICE_SIM_"))}
+    done = subprocess.run([sys.executable, program], env={**base, "TORCHDEVICE_BACKEND": "sim", "CUDA_VISIBLE_DEVICES": "0,5"},
+                          capture_output=True, text=True, timeout=240)
+    # zero-code activation reports the unavailable backend it was asked for, and the program runs untranslated
+    assert "CUDA_VISIBLE_DEVICES='0,5' is not valid" in done.stderr
+    assert "0 to 1, TORCHDEVICE_SIM_DEVICES" in done.stderr
+
+
+def test_cuda_data_parallel_runs_over_both_sim_devices(on_sim, data_parallel_check):
+    """HF Trainer wraps the model in nn.DataParallel when device_count() > 1: scatter, replicate, gather."""
+    data_parallel_check("cuda")

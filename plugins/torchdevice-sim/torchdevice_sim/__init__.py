@@ -33,6 +33,7 @@ __all__ = ["load", "plugin", "SimBackend", "claimed_by", "SimRaceError", "set_ra
 _lock = threading.Lock()
 _loaded: ModuleType | None = None
 _keep: list[Any] = []  # registrations that must stay alive (the fallback's library)
+_visible: tuple[tuple[int, ...], str] = ((), "")  # the physical devices loaded, and the variable that named them
 
 
 def claimed_by() -> str | None:
@@ -45,15 +46,19 @@ def claimed_by() -> str | None:
     return None if name in ("privateuseone", DEVICE_TYPE) else name
 
 
-def load() -> ModuleType:
+def load(visible_var: str = config.VISIBLE_VAR) -> ModuleType:
     """Claim PrivateUse1 as ``sim``, build/load the extension, and return ``torch.sim``; idempotent.
 
-    Raises RuntimeError if another PrivateUse1 backend (``torch_npu`` ...) holds the device
-    type, and ValueError for a bad ``TORCHDEVICE_SIM_*`` variable.
+    The devices the process sees are those ``visible_var`` names (:mod:`.config`): sim's own variable
+    natively, ``CUDA_VISIBLE_DEVICES`` where torchdevice loads sim to translate onto it. Raises
+    RuntimeError if another PrivateUse1 backend (``torch_npu`` ...) holds the device type, or if sim was
+    loaded already with other visible devices than ``visible_var`` names now (a process has one set, as
+    a CUDA process reads its variable once), and ValueError for a bad variable.
     """
-    global _loaded
+    global _loaded, _visible
     with _lock:
         if _loaded is not None:
+            _check_same_devices(config.read(visible_var).physical, visible_var)
             return _loaded
         import torch
 
@@ -61,14 +66,15 @@ def load() -> ModuleType:
         if other is not None:
             raise RuntimeError(f"torch's PrivateUse1 device is already claimed by {other!r}: one process holds one "
                                "PrivateUse1 backend, so sim cannot load beside it")
-        settings = config.read()
+        settings = config.read(visible_var)
         from . import _extension, _kernels, racecheck, runtime
 
         extension = _extension.load()
         if torch._C._get_privateuse1_backend_name() == "privateuseone":
             torch.utils.rename_privateuse1_backend(runtime.DEVICE_TYPE)
-        extension.init(settings.devices, settings.memory, config.CLOCK_KHZ)
-        runtime._bind(extension)
+        extension.init(len(settings.physical), settings.memory, config.CLOCK_KHZ)
+        runtime._bind(extension, settings.physical)
+        _visible = (settings.physical, visible_var)
         racecheck._bind(extension)
         if not hasattr(torch, runtime.DEVICE_TYPE):
             torch._register_device_module(runtime.DEVICE_TYPE, runtime)
@@ -77,6 +83,9 @@ def load() -> ModuleType:
         from . import distributed
 
         distributed.register()
+        from . import parallel
+
+        parallel.register()
         from . import compile as compile_support
 
         compile_support.register()
@@ -85,6 +94,12 @@ def load() -> ModuleType:
         atexit.register(_drain, extension)
         _loaded = runtime
         return runtime
+
+
+def _check_same_devices(physical: tuple[int, ...], visible_var: str) -> None:
+    if physical != _visible[0]:
+        raise RuntimeError(f"sim was loaded seeing its physical devices {list(_visible[0])} ({_visible[1]}); "
+                           f"{visible_var} names {list(physical)} now: set it before sim is first loaded")
 
 
 def _drain(extension: Any) -> None:

@@ -284,9 +284,12 @@ class Fallback:
         if "pin_memory" in h_kwargs:
             h_kwargs["pin_memory"] = False
         seeded = torch.Tag.nondeterministic_seeded in op.tags
-        drawing = self.drawing_from_device(op, device, h_args, h_kwargs) if seeded else contextlib.nullcontext((h_args, h_kwargs))
+        drawn: list[int] = []  # a random op's elements drawn, for the generator's offset
+        drawing = (self.drawing_from_device(op, device, h_args, h_kwargs, drawn) if seeded
+                   else contextlib.nullcontext((h_args, h_kwargs)))
         with drawing as (h_args, h_kwargs):
             result = op(*h_args, **h_kwargs)
+            drawn.append(_largest((result, h_args, list(h_kwargs.values()))))
         result = _map(lambda v: self.to_device(v, views, device), result)
         if racecheck.enabled:
             self.made(device, _op_name(op), result, checked)
@@ -308,34 +311,29 @@ class Fallback:
         return out
 
     @contextlib.contextmanager
-    def drawing_from_device(self, op: torch._ops.OpOverload, device: int, args: Any, kwargs: dict) -> Iterator[tuple]:
+    def drawing_from_device(self, op: torch._ops.OpOverload, device: int, args: Any, kwargs: dict,
+                            drawn: list[int]) -> Iterator[tuple]:
         """Around a random op's CPU kernel: the arguments to run it with, drawing from the device's generator.
 
-        An op with a ``generator`` argument gets a scratch CPU generator there, holding the state of the
-        generator given (or of the device's); one without (``native_dropout``, ``randperm``) draws from
-        torch's default CPU generator, lent the device generator's state for the call (:func:`_lent`).
-        Either way the device generator takes the state the kernel leaves.
+        The CPU kernel draws from a CPU generator seeded from the device generator's (seed, offset)
+        (:func:`_drawing`): in an op's ``generator`` argument (of the generator given, or the device's), or,
+        for an op without one (``native_dropout``, ``randperm``), as torch's default CPU generator, lent for
+        the call. Afterwards the generator's offset advances by the ``drawn`` elements, as CUDA's does.
         """
-        with _RNG_LOCK:
-            for index, argument in enumerate(op._schema.arguments):
-                if argument.name != "generator":
-                    continue
-                positional = not argument.kwarg_only and index < len(args)
-                given = args[index] if positional else kwargs.get("generator")
-                source = given if given is not None else self.C.default_generator(device)
-                scratch = torch.Generator("cpu")
-                scratch.set_state(source.get_state())
+        for index, argument in enumerate(op._schema.arguments):
+            if argument.name != "generator":
+                continue
+            positional = not argument.kwarg_only and index < len(args)
+            given = args[index] if positional else kwargs.get("generator")
+            with _drawing(given if given is not None else self.C.default_generator(device), drawn) as scratch:
                 if positional:
                     args = (*args[:index], scratch, *args[index + 1:])
                 else:
                     kwargs["generator"] = scratch
-                try:
-                    yield args, kwargs
-                finally:
-                    source.set_state(scratch.get_state())
-                return
-            with _lent(self.C.default_generator(device)):
                 yield args, kwargs
+            return
+        with _lent(self.C.default_generator(device), drawn):
+            yield args, kwargs
 
     # -- attention -------------------------------------------------------------------------------
     def attention(self, name: str, device: int, *args: Any, **kwargs: Any) -> Any:
@@ -347,7 +345,7 @@ class Fallback:
         if name.endswith("_backward"):
             grad_out, q, k, v, bias, mask, out, lse = host[:8]
             dropout_p, is_causal = host[12], host[13]
-            with self.lent_cpu_generator(device, dropout_p):
+            with self.lent_cpu_generator(device, dropout_p, q, k):
                 grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
                     grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=bias, scale=scale)
             # the strides the op's meta kernel gives (what torch.compile's fake tensors promised)
@@ -358,7 +356,7 @@ class Fallback:
         bias = host[3] if len(host) > 3 else kwargs.get("attn_bias")
         dropout_p = host[4] if len(host) > 4 else kwargs.get("dropout_p", 0.0)
         is_causal = host[5] if len(host) > 5 else kwargs.get("is_causal", False)
-        with self.lent_cpu_generator(device, dropout_p):
+        with self.lent_cpu_generator(device, dropout_p, q, k):
             out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, attn_mask=bias, scale=scale)
         # every output as the op's meta kernel shapes it (what torch.compile's fake tensors promised);
         # those the CPU kernel does not make (sequence offsets, philox state, debug mask) stay uninitialised
@@ -384,11 +382,12 @@ class Fallback:
                                 output_padding, groups, mask), {})
         return self.launch(aten.convolution.default, device, args, {})
 
-    def lent_cpu_generator(self, device: int, dropout_p: float) -> Any:
-        """Dropout inside the CPU kernel draws from torch's CPU generator: lend it the device's state."""
+    def lent_cpu_generator(self, device: int, dropout_p: float, q: Tensor, k: Tensor) -> Any:
+        """Dropout inside the CPU kernel draws from torch's CPU generator: lend it the device's state;
+        the offset advances by the attention matrix's elements."""
         if not dropout_p:
             return contextlib.nullcontext()
-        return _lent(self.C.default_generator(device))
+        return _lent(self.C.default_generator(device), [q.shape[:-1].numel() * k.shape[-2]])
 
     # -- copies ----------------------------------------------------------------------------------
     def copy(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
@@ -416,19 +415,54 @@ class Fallback:
         return dst
 
 
+# CUDA's random kernels run a grid-stride loop of 256-thread blocks, as many as the device holds
+# (8 SMs x 2048 threads on sim: 64 blocks), each thread drawing 4 values per Philox call; the
+# offset advances by 4 per pass over the grid: 4 * ceil(numel / (256 * 64 * 4)).
+_ELEMENTS_PER_PASS = 256 * 64 * 4
+
+
+def offset_advance(numel: int) -> int:
+    """How far a random op drawing ``numel`` elements advances the generator's offset (CUDA's rule)."""
+    return 4 * max(1, -(-numel // _ELEMENTS_PER_PASS))
+
+
+def _seed_at(seed: int, offset: int) -> int:
+    """The CPU generator's seed for draws at (seed, offset): splitmix64 of the pair, so neighbouring
+    offsets and seeds give unrelated streams."""
+    z = (seed * 0x9E3779B97F4A7C15 + offset + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
 @contextlib.contextmanager
-def _lent(device_generator: torch.Generator) -> Iterator[None]:
-    """torch's default CPU generator holding ``device_generator``'s state; afterwards the device generator
-    takes the state the CPU kernel left, and the CPU generator gets its own back."""
+def _drawing(device_generator: torch.Generator, drawn: list[int]) -> Iterator[torch.Generator]:
+    """A CPU generator for draws at the device generator's (seed, offset); afterwards the offset
+    advances by what the kernel drew (``drawn``: the elements, appended by the caller)."""
     with _RNG_LOCK:
+        offset = device_generator.get_offset()
+        scratch = torch.Generator("cpu").manual_seed(_seed_at(device_generator.initial_seed(), offset))
+        yield scratch
+        device_generator.set_offset(offset + offset_advance(max(drawn, default=1)))
+
+
+@contextlib.contextmanager
+def _lent(device_generator: torch.Generator, drawn: list[int]) -> Iterator[None]:
+    """torch's default CPU generator seeded for the device generator's (seed, offset) (:func:`_drawing`);
+    afterwards the CPU generator gets its own state back."""
+    with _RNG_LOCK, _drawing(device_generator, drawn) as scratch:
         cpu = torch.default_generator
         saved = cpu.get_state()
-        cpu.set_state(device_generator.get_state())
+        cpu.set_state(scratch.get_state())
         try:
             yield
         finally:
-            device_generator.set_state(cpu.get_state())
             cpu.set_state(saved)
+
+
+def _largest(value: Any) -> int:
+    """The most elements of any tensor in ``value``: what a random op drew."""
+    return max((t.numel() for t in _leaves(value, []) if isinstance(t, Tensor)), default=1)
 
 
 _PLANS = 8192  # meta results kept; the cache is emptied when full
@@ -497,4 +531,31 @@ def register(C: Any, device_type: str) -> list[torch.library.Library]:
     for qualified in sorted(_ATTENTION | _CONVOLUTION):  # the fallback's own entry, given the op
         name = qualified.split("::")[1]
         overrideable.impl(name, functools.partial(fallback, getattr(aten, name).default), "PrivateUse1")
+    for qualified in cpu_kernels_shadowed():
+        name, _, overload = qualified.partition("::")[2].partition(".")
+        op = getattr(getattr(aten, name), overload or "default")
+        overrideable.impl(qualified.partition("::")[2], functools.partial(fallback, op), "PrivateUse1")
     return [everything, overrideable]
+
+
+def cpu_kernels_shadowed() -> list[str]:
+    """The aten ops with a CPU kernel of their own beside a CompositeExplicitAutograd one, and no
+    PrivateUse1 kernel (``native_group_norm``, ``native_layer_norm``, ``addr``, ``all.dims`` ...).
+
+    The dispatcher prefers a composite kernel to a backend fallback, so without a kernel of sim's
+    these would run their generic decomposition, not the CPU's kernel: other numbers, and layouts the
+    decomposition refuses (``math_group_norm`` views a channels_last input, which fails). A GPU
+    has its own kernel there; sim's is the CPU's, through the fallback."""
+    found = []
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::"):
+            continue
+        qualified = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+        has = functools.partial(torch._C._dispatch_has_kernel_for_dispatch_key, qualified)
+        try:
+            shadowed = has("CPU") and has("CompositeExplicitAutograd") and not has("PrivateUse1")
+        except RuntimeError:  # a JIT-only builtin schema (aten::has_torch_function ...): no dispatcher entry
+            continue
+        if shadowed:
+            found.append(qualified)
+    return sorted(found)

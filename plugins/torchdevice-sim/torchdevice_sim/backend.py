@@ -46,8 +46,9 @@ class SimBackend(TorchNamespaceBackend):
         return self._view
 
     def device_count(self) -> int:
-        """Loads sim (claims PrivateUse1, builds or loads the extension), then its device count."""
-        load()
+        """Loads sim (claims PrivateUse1, builds or loads the extension), then its device count: the
+        devices ``CUDA_VISIBLE_DEVICES`` leaves visible, as the program translated onto sim would see on CUDA."""
+        load(config.CUDA_VISIBLE_VAR)
         return super().device_count()
 
     def compatibility_markdown(self) -> str:
@@ -57,7 +58,7 @@ class SimBackend(TorchNamespaceBackend):
     def availability(self) -> Availability:
         """Available where sim can be built and loaded; never automatic. Never raises."""
         try:
-            settings = config.read()
+            settings = config.read(config.CUDA_VISIBLE_VAR)
             other = claimed_by()
             if other is not None:
                 return Availability(False, f"torch's PrivateUse1 device is claimed by {other!r}; sim needs it")
@@ -67,7 +68,8 @@ class SimBackend(TorchNamespaceBackend):
         except Exception as exc:  # a bad variable or a broken toolchain must not break discovery
             return Availability(False, f"{type(exc).__name__}: {exc}")
         size = settings.memory / 1024**3
-        return Availability(True, f"{settings.devices} simulated devices of {size:g} GiB each (asked for by name only)",
+        seen = "" if settings.visible is None else f", {config.CUDA_VISIBLE_VAR} showing {list(settings.visible)}"
+        return Availability(True, f"{settings.devices} simulated devices of {size:g} GiB each{seen} (asked for by name only)",
                             automatic=False)
 
 
@@ -75,7 +77,12 @@ COMPATIBILITY = """## Checked on a device type of its own: sim
 
 `sim` (plugin `torchdevice-sim`) is a simulated GPU on torch's PrivateUse1 device, renamed `sim`: tensors
 of their own device type, memory the CPU kernels refuse, one allocator per device with a capacity and
-`torch.OutOfMemoryError`, asynchronous streams, events, one generator per device. Its statuses above are
+`torch.OutOfMemoryError`, asynchronous streams, events, one generator per device (CUDA's Philox state:
+16 bytes, seed and offset). Translated, `CUDA_VISIBLE_DEVICES` selects and orders sim's devices as CUDA's
+driver does (empty: none, `is_available()` False); `nn.DataParallel` runs over them (`torch.nn.parallel.comm`
+is routed as `torch.cuda.comm` is); autocast rules libraries register for CUDA (`AutocastCUDA` kernels,
+`torch.library.register_autocast(op, "cuda", ...)`) apply on sim's and the CPU's autocast
+(`torchdevice.amp_rules`). Its statuses above are
 checked by running them (`tox -e sim`: the plugin's tests, CUDA programs translated onto it, DDP on 2 ranks,
 `torch.compile`).
 

@@ -29,9 +29,13 @@ default_generators: tuple = ()
 Device = Union[int, str, torch.device, None]
 
 
-def _bind(extension: Any) -> None:
-    global _C, default_generators
+_physical: tuple[int, ...] = ()  # the physical sim device behind each index (config: the visible devices)
+
+
+def _bind(extension: Any, physical: tuple[int, ...]) -> None:
+    global _C, default_generators, _physical
     _C = extension
+    _physical = physical
     default_generators = tuple(extension.default_generator(i) for i in range(extension.device_count()))
 
 
@@ -51,7 +55,8 @@ def _index(device: Device = None, optional: bool = True) -> int:
         raise ValueError(f"Expected a {DEVICE_TYPE} device index, string or torch.device, but got: {device!r}")
     if not 0 <= index < device_count():
         raise RuntimeError(f"Invalid device ordinal {DEVICE_TYPE}:{index}: {DEVICE_TYPE} has {device_count()} device(s) "
-                           f"({config.DEVICES_VAR})")
+                           f"({config.DEVICES_VAR}, and the visible devices {config.VISIBLE_VAR} or "
+                           f"{config.CUDA_VISIBLE_VAR} names)")
     return index
 
 
@@ -111,6 +116,7 @@ class SimDeviceProperties:
     """``torch.sim.get_device_properties()``: the fields of CUDA's ``_CudaDeviceProperties`` that sim has."""
 
     def __init__(self, index: int):
+        physical = _physical[index]  # what identifies a device follows it when the visible devices reorder them
         self.name = "torchdevice sim GPU"
         self.major, self.minor = 8, 0  # runs every dtype, bfloat16 included, and CUDA 8.0's feature set
         self.total_memory = int(_C.capacity(index))
@@ -120,7 +126,8 @@ class SimDeviceProperties:
         self.is_multi_gpu_board = 0
         self.max_threads_per_multi_processor = 2048
         self.warp_size = 32
-        self.uuid = f"5e1a0000-0000-4000-8000-{index:012x}"
+        self.uuid = f"5e1a0000-0000-4000-8000-{physical:012x}"
+        self.pci_bus_id = physical
         self.L2_cache_size = 4 * 1024**2
         self.memory_clock_rate = 1_215_000
         self.memory_bus_width = 4096
@@ -343,7 +350,8 @@ def get_per_process_memory_fraction(device: Device = None) -> float:
 
 
 def manual_seed(seed: int) -> None:
-    default_generators[current_device()].manual_seed(int(seed))
+    if default_generators:  # no device visible: nothing to seed, as torch.cuda.manual_seed without a GPU
+        default_generators[current_device()].manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
@@ -352,7 +360,8 @@ def manual_seed_all(seed: int) -> None:
 
 
 def seed() -> None:
-    default_generators[current_device()].seed()
+    if default_generators:
+        default_generators[current_device()].seed()
 
 
 def seed_all() -> None:

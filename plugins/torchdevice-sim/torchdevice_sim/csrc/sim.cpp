@@ -186,7 +186,7 @@ DeviceStreams* g_streams[kMaxDevices];
 
 void check_device(int device) {
   TORCH_CHECK(device >= 0 && device < g_device_count, "Invalid device ordinal sim:", device, ": sim has ",
-              g_device_count, " device(s) (TORCHDEVICE_SIM_DEVICES)");
+              g_device_count, " device(s) (TORCHDEVICE_SIM_DEVICES and the visible devices)");
 }
 
 Stream* get_stream(int device, int64_t id) {
@@ -687,13 +687,59 @@ bool is_pinned(const void* ptr) {
 
 // -- generators --------------------------------------------------------------------------------------
 
-// CPU's Mersenne Twister, owned by a sim device: its state has the CPU generator's format, so
-// the fallback runs CPU kernels with a CPU generator holding this one's state.
-struct SimGenerator : at::CPUGeneratorImpl {
-  explicit SimGenerator(c10::DeviceIndex index) : at::CPUGeneratorImpl(c10::default_rng_seed_val) {
-    device_ = c10::Device(kSim, index);
-    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+// CUDA's Philox generator state, owned by a sim device: a seed and a counter offset, whose state
+// is CUDA's 16 bytes (seed as uint64, offset as int64, little-endian), so DTensor's RNG tracker and
+// checkpoints read it as on a GPU. The draws themselves are the CPU kernels', from a CPU generator
+// seeded from (seed, offset) by the fallback (_kernels.py), which then advances the offset as a
+// CUDA kernel would (set_offset).
+struct SimGenerator : c10::GeneratorImpl {
+  explicit SimGenerator(c10::DeviceIndex index, uint64_t seed = c10::default_rng_seed_val)
+      : c10::GeneratorImpl(c10::Device(kSim, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)), seed_(seed) {}
+
+  void set_current_seed(uint64_t seed) override {
+    seed_ = seed;
+    offset_ = 0;
   }
+  uint64_t current_seed() const override { return seed_; }
+  uint64_t seed() override {
+    set_current_seed(c10::detail::getNonDeterministicRandom(true));
+    return seed_;
+  }
+  void set_offset(uint64_t offset) override {
+    TORCH_CHECK(offset % 4 == 0, "offset must be a multiple of 4");
+    offset_ = offset;
+  }
+  uint64_t get_offset() const override { return offset_; }
+
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    auto state = at::detail::empty_cpu({kStateSize}, at::TensorOptions().dtype(at::kByte));
+    auto* bytes = state.data_ptr<uint8_t>();
+    int64_t offset = static_cast<int64_t>(offset_);
+    std::memcpy(bytes, &seed_, sizeof(seed_));
+    std::memcpy(bytes + sizeof(seed_), &offset, sizeof(offset));
+    return state.getIntrusivePtr();
+  }
+  void set_state(const c10::TensorImpl& new_state) override {
+    at::detail::check_rng_state(new_state);
+    TORCH_CHECK(new_state.numel() == kStateSize, "RNG state is wrong size: a sim generator's state is ", kStateSize,
+                " bytes (seed, offset), as CUDA's; got ", new_state.numel());
+    const auto* bytes = new_state.data_dtype_initialized<uint8_t>();
+    int64_t offset = 0;
+    std::memcpy(&seed_, bytes, sizeof(seed_));
+    std::memcpy(&offset, bytes + sizeof(seed_), sizeof(offset));
+    TORCH_CHECK(offset >= 0 && offset % 4 == 0, "offset must be a multiple of 4");
+    offset_ = static_cast<uint64_t>(offset);
+  }
+
+ private:
+  static constexpr int64_t kStateSize = 16;
+  SimGenerator* clone_impl() const override {
+    auto* copy = new SimGenerator(device_.index(), seed_);
+    copy->offset_ = offset_;
+    return copy;
+  }
+  uint64_t seed_;
+  uint64_t offset_ = 0;
 };
 
 std::vector<at::Generator> g_generators;
@@ -1165,12 +1211,17 @@ void on_fork_child() {
   for (int d = 0; d < g_device_count; ++d) g_streams[d] = new DeviceStreams();
 }
 
+bool g_initialized = false;
+
+// device_count may be 0: every physical device hidden by the visible-devices variable, as a CUDA
+// process with CUDA_VISIBLE_DEVICES="" has a runtime and no device.
 void init(int device_count, int64_t capacity, int64_t clock_khz) {
-  TORCH_CHECK(device_count >= 1 && device_count <= kMaxDevices, "sim: device count must be 1..", kMaxDevices,
+  TORCH_CHECK(device_count >= 0 && device_count <= kMaxDevices, "sim: device count must be 0..", kMaxDevices,
               ", got ", device_count);
-  TORCH_CHECK(g_device_count == 0 || g_device_count == device_count, "sim: already initialised with ", g_device_count,
+  TORCH_CHECK(!g_initialized || g_device_count == device_count, "sim: already initialised with ", g_device_count,
               " devices");
-  if (g_device_count != 0) return;
+  if (g_initialized) return;
+  g_initialized = true;
   for (int d = 0; d < device_count; ++d) {
     g_streams[d] = new DeviceStreams();
     g_memory[d] = new DeviceMemory();

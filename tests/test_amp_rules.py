@@ -1,0 +1,104 @@
+"""Autocast rules written for CUDA apply on the target (torchdevice.amp_rules): a library's op with a
+rule for ``AutocastCUDA`` casts its inputs as on the GPU inside ``torch.autocast("cuda")``, whether the rule
+was registered before translation or after it, from Python or (unreadable) from C++; unpatch removes them.
+
+Each op refuses a dtype mix, as torchvision's roi_align does; the expectation is what the rule says it
+casts to, computed natively by the op on float32 inputs."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import translate
+
+_names = itertools.count()
+
+
+def _strict(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"Expected tensor for a to have the same type as tensor for b: {a.dtype} {b.dtype}")
+    return a * b
+
+
+@pytest.fixture
+def library():
+    """A fresh namespace (dispatcher registrations cannot be dropped one by one), destroyed after the test."""
+    namespace = f"tdamprules{next(_names)}"
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    yield namespace, lib
+    lib._destroy()
+
+
+def _op(namespace: str, lib: torch.library.Library, name: str) -> torch._ops.OpOverloadPacket:
+    lib.define(f"{name}(Tensor a, Tensor b) -> Tensor")
+    lib.impl(name, _strict, "CompositeExplicitAutograd")
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def _half_and_full():
+    """An fp16 activation (as autocast's matmul makes it) and an fp32 argument, on the translated device."""
+    a = torch.randn(4, 4, generator=torch.Generator().manual_seed(0)).cuda()
+    return a, torch.randn(4, generator=torch.Generator().manual_seed(1)).cuda()
+
+
+def test_a_rule_registered_before_translation_casts_on_the_target(on_target, library):
+    namespace, lib = library
+    op = _op(namespace, lib, "before")
+    torch.library.register_autocast(f"{namespace}::before", "cuda", torch.float32)
+    with torchdevice.patched():
+        a, b = _half_and_full()
+        with torch.autocast("cuda", dtype=torch.float16):
+            half = a @ a
+            out = op(half, b)
+        assert half.dtype == torch.float16 and out.dtype == torch.float32
+        assert torch.equal(out.cpu(), _strict(half.float(), b).cpu())
+    with pytest.raises(RuntimeError, match="same type"), torch.autocast(a.device.type, dtype=torch.float16):
+        op(half, b)  # translation off: no rule for the target's own autocast, as before
+
+
+def test_a_custom_op_rule_registered_while_translating_casts_on_the_target(on_target):
+    with torchdevice.patched():
+        name = f"tdamprules{next(_names)}::after"
+
+        @torch.library.custom_op(name, mutates_args=())
+        def after(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return _strict(a, b)
+
+        after.register_autocast("cuda", torch.float32)
+        a, b = _half_and_full()
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = after(a @ a, b)
+        assert out.dtype == torch.float32
+
+
+def test_an_unreadable_rule_runs_in_float32_and_returns_the_inputs_dtype(on_target, library):
+    """A kernel registered straight for AutocastCUDA (as a C++ library's): torchvision's convention."""
+    namespace, lib = library
+    op = _op(namespace, lib, "cxx")
+    lib.impl("cxx", lambda a, b: None, "AutocastCUDA")  # never runs: no CUDA tensor reaches it
+    with torchdevice.patched():
+        a, b = _half_and_full()
+        with torch.autocast("cuda", dtype=torch.float16):
+            half = a @ a
+            out = op(half, b)
+        assert out.dtype == torch.float16
+        assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())
+
+
+def test_unpatch_removes_the_mirrored_kernels(on_target, library):
+    namespace, lib = library
+    _op(namespace, lib, "gone")
+    torch.library.register_autocast(f"{namespace}::gone", "cuda", torch.float32)
+    key = "Autocast" + torch._C._dispatch_key_for_device(on_target_device())
+    with torchdevice.patched():
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::gone", key)
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::gone", key)
+    assert translate.installers()  # (still importable after)
+
+
+def on_target_device() -> str:
+    with torchdevice.patched() as active:
+        return active.device_type

@@ -1,0 +1,136 @@
+"""Autocast rules written for the source device type, applied on the target's autocast key.
+
+A library registers its ops' autocast rules for the GPU it was written for: a C++ kernel for
+``AutocastCUDA`` (torchvision's ``roi_align``), or ``torch.library.register_autocast(op, "cuda", dtype)``
+(and ``CustomOpDef.register_autocast``). Translated, ``torch.autocast("cuda")`` turns on the target's
+autocast key (``AutocastPrivateUse1`` on sim, ``AutocastCPU`` on the cpu backend), where those ops
+have no rule, so an fp16 activation meets an fp32 argument and the op refuses the mix.
+
+While translation is on, each op outside ``aten`` with a kernel for the source's autocast key and none
+for the target's gets one there (mirrored), both those registered before :func:`install` (a scan of
+the dispatcher) and after (``register_autocast`` is wrapped). The mirrored kernel casts as the rule does:
+
+* a rule registered from Python: its ``cast_inputs`` dtype, read from the registration (floating
+  inputs cast to it, the op run with autocast off, as torch's own kernel does);
+* a C++ kernel, whose rule cannot be read: the convention of the libraries that write them
+  (torchvision's roi/deform ops): floating inputs run in float32, floating outputs are cast back to
+  the dtype of the first floating input.
+
+aten's ops keep the target's own lists (the CPU's on the cpu backend, CUDA's on sim).
+:func:`uninstall` (at ``unpatch()``) removes every mirrored kernel.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch.amp.autocast_mode import _cast
+
+from ._patching import Patcher
+from .router import Target
+
+_libraries: list[torch.library.Library] = []  # the mirrored kernels' registrations, destroyed by uninstall()
+_mirrored: set[str] = set()
+_FP32_CONVENTION = None  # the policy of a rule that cannot be read (a C++ kernel)
+
+
+def _key(device_type: str) -> str:
+    return "Autocast" + torch._C._dispatch_key_for_device(device_type)
+
+
+def install(patcher: Patcher, target: Target) -> None:
+    """Mirror the source's autocast rules onto the target's key, now and for rules registered later."""
+    source, tt = target.source, target.device_type
+    if tt == source or tt in target.sources or not torch._C._is_autocast_available(tt):
+        return
+    source_key, target_key = _key(source), _key(tt)
+    if source_key == target_key:
+        return
+    for name in torch._C._dispatch_get_registrations_for_dispatch_key(source_key):
+        if not name.startswith(("aten::", "prims::")):
+            _mirror(name, source, source_key, tt, target_key)
+    wrapped = torch.library.register_autocast
+    patcher.set(torch.library, "register_autocast", _after(wrapped, source, source_key, tt, target_key))
+    opdef = torch._library.custom_ops.CustomOpDef
+    patcher.set(opdef, "register_autocast", _method_after(opdef.register_autocast, source, source_key, tt, target_key))
+
+
+def uninstall() -> None:
+    for library in _libraries:
+        library._destroy()
+    _libraries.clear()
+    _mirrored.clear()
+
+
+def _after(register: Callable[..., Any], source: str, source_key: str, tt: str, target_key: str) -> Callable[..., Any]:
+    @functools.wraps(register)
+    def register_autocast(op: Any, device_type: str, cast_inputs: torch.dtype, /, **kwargs: Any) -> Any:
+        result = register(op, device_type, cast_inputs, **kwargs)
+        if device_type == source:
+            _mirror(_qualname(op), source, source_key, tt, target_key)
+        return result
+
+    return register_autocast
+
+
+def _method_after(register: Callable[..., Any], source: str, source_key: str, tt: str, target_key: str) -> Callable[..., Any]:
+    @functools.wraps(register)
+    def register_autocast(self: Any, device_type: str, cast_inputs: torch.dtype) -> Any:
+        result = register(self, device_type, cast_inputs)
+        if device_type == source:
+            _mirror(self._qualname, source, source_key, tt, target_key)
+        return result
+
+    return register_autocast
+
+
+def _qualname(op: Any) -> str:
+    if isinstance(op, str):
+        return op
+    if isinstance(op, torch._ops.OpOverload):
+        return op.name()
+    return str(getattr(op, "_qualname", op))
+
+
+def _mirror(name: str, source: str, source_key: str, tt: str, target_key: str) -> None:
+    """Give op ``name`` a kernel for ``target_key`` casting as its ``source_key`` rule does (module docstring)."""
+    qualified = name if "." in name.partition("::")[2] else f"{name}.default"
+    if qualified in _mirrored or torch._C._dispatch_has_kernel_for_dispatch_key(name, target_key):
+        return
+    namespace, _, opname = name.partition("::")
+    if not hasattr(getattr(torch.ops, namespace), opname.partition(".")[0]):
+        return  # a rule left registered for an op whose definition was dropped (its Library destroyed)
+    op = torch._library.utils.lookup_op(qualified)
+    dtype = _python_rule(op, source, source_key)
+    library = torch.library.Library(namespace, "IMPL")
+    library.impl(opname, _kernel(op, tt, target_key, dtype), target_key)
+    _libraries.append(library)
+    _mirrored.add(qualified)
+
+
+def _python_rule(op: torch._ops.OpOverload, source: str, source_key: str) -> torch.dtype | None:
+    """The ``cast_inputs`` of a rule registered from Python for ``source``; None for a C++ kernel."""
+    opdef = torch._library.custom_ops.OPDEFS.get(op._schema.name)
+    if opdef is not None and opdef._autocast_dtype.get(source) is not None:
+        return opdef._autocast_dtype[source]
+    impl = op.py_kernels.get(getattr(torch._C.DispatchKey, source_key))
+    for cell in getattr(impl, "__closure__", None) or ():  # torch.library.register_autocast's closure
+        if isinstance(cell.cell_contents, torch.dtype):
+            return cell.cell_contents
+    return _FP32_CONVENTION
+
+
+def _kernel(op: torch._ops.OpOverload, tt: str, target_key: str, dtype: torch.dtype | None) -> Callable[..., Any]:
+    exclude = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, target_key))
+
+    def autocast_kernel(*args: Any, **kwargs: Any) -> Any:
+        cast_to = dtype if dtype is not None else torch.float32
+        with torch._C._ExcludeDispatchKeyGuard(exclude):
+            out = op(*_cast(args, tt, cast_to), **_cast(kwargs, tt, cast_to))
+        if dtype is not None:
+            return out
+        first = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+        return out if first is None else _cast(out, tt, first.dtype)
+
+    return autocast_kernel
