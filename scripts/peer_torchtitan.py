@@ -212,12 +212,14 @@ def command(python: str, side: str, nproc: int, args: list[str]) -> list[str]:
     return [*launch, *trainer, *args]
 
 
-def environment(side: str, native: Path) -> dict[str, str]:
+def environment(side: str, native: Path, nproc: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_") and k != "PYTHONPATH"}
     if side == "native":
         env["PYTHONPATH"] = str(native)
     else:
         env["TORCHDEVICE_BACKEND"] = side
+    if side == "sim":  # a simulated machine with a device per rank, as a GPU node has (sim's default is 2)
+        env["TORCHDEVICE_SIM_DEVICES"] = str(nproc)
     return env
 
 
@@ -240,7 +242,7 @@ def run(python: str, side: str, name: str, config: Config, workdir: Path, native
     losses: list[tuple[int, str, str]] = []
     for part, args in enumerate([config.args, config.resume] if config.resume else [config.args]):
         done = subprocess.run(command(python, side, config.nproc, [*COMMON, *paths, *args]), cwd=workdir,
-                              env=environment(side, native), capture_output=True, text=True, timeout=timeout)
+                              env=environment(side, native, config.nproc), capture_output=True, text=True, timeout=timeout)
         dump.mkdir(parents=True, exist_ok=True)
         (dump / f"run{part}.out").write_text(done.stdout)
         (dump / f"run{part}.err").write_text(done.stderr)

@@ -104,10 +104,12 @@ def test_native_runs_the_edited_copy_and_translated_runs_the_unmodified_trainer_
     assert "torchdevice" not in native
     assert peer.command("py", "sim", 4, ["--x"])[-6:] == ["-m", "torchdevice", "run", "-m", "torchtitan.train", "--x"]
     assert "4" in peer.command("py", "sim", 4, [])
-    env = peer.environment("native", tmp_path)
+    env = peer.environment("native", tmp_path, 2)
     assert env["PYTHONPATH"] == str(tmp_path) and not any(k.startswith("TORCHDEVICE_") for k in env)
-    env = peer.environment("sim", tmp_path)
+    env = peer.environment("sim", tmp_path, 4)
     assert env["TORCHDEVICE_BACKEND"] == "sim" and "PYTHONPATH" not in env
+    assert env["TORCHDEVICE_SIM_DEVICES"] == "4"  # a device per rank: LOCAL_RANK 3 is cuda:3
+    assert "TORCHDEVICE_SIM_DEVICES" not in peer.environment("cpu", tmp_path, 4)
 
 
 def test_a_resuming_configuration_reports_both_runs_and_a_failed_run_stops_it(peer, tmp_path, monkeypatch):
