@@ -223,6 +223,13 @@ def environment(side: str, native: Path, nproc: int) -> dict[str, str]:
     return env
 
 
+def failure(text: str) -> str:
+    """What a failed run died of: its last error or signal line (torchrun's summary names the signal), else its end."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    causes = [line for line in lines if re.search(r"(Error|Exception)\b.*:|Signal \d+", line)]
+    return (causes[-1] if causes else " / ".join(lines[-3:]))[-300:]
+
+
 @dataclass
 class Outcome:
     losses: list[tuple[int, str, str]]
@@ -247,8 +254,8 @@ def run(python: str, side: str, name: str, config: Config, workdir: Path, native
         (dump / f"run{part}.out").write_text(done.stdout)
         (dump / f"run{part}.err").write_text(done.stderr)
         if done.returncode != 0:
-            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-            return Outcome(losses, time.perf_counter() - start, f"exit {done.returncode}: {' / '.join(tail)[-300:]}")
+            return Outcome(losses, time.perf_counter() - start,
+                           f"exit {done.returncode}: {failure(done.stdout + done.stderr)}")
         losses += parse_losses(done.stdout + done.stderr)
     return Outcome(losses, time.perf_counter() - start)
 

@@ -128,3 +128,11 @@ def test_a_resuming_configuration_reports_both_runs_and_a_failed_run_stops_it(pe
                         lambda argv, **kwargs: subprocess.CompletedProcess(argv, -11, "", "Segmentation fault\n"))
     outcome = peer.run("py", "sim", "checkpoint", peer.CONFIGS["checkpoint"], tmp_path, tmp_path, tmp_path, 10)
     assert outcome.error == "exit -11: Segmentation fault" and outcome.losses == []
+
+
+def test_a_failed_run_is_summed_up_by_its_last_error_or_signal(peer):
+    torchrun = ("[rank0]: RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo\n"
+                "  traceback : Signal 11 (SIGSEGV) received by PID 3291\n====\n")
+    assert peer.failure(torchrun) == "traceback : Signal 11 (SIGSEGV) received by PID 3291"
+    assert peer.failure("x\nRuntimeError: Invalid device ordinal\n====\n") == "RuntimeError: Invalid device ordinal"
+    assert peer.failure("a\nb\nc\nd\n") == "b / c / d"
