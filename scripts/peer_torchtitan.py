@@ -237,14 +237,28 @@ class Outcome:
     error: str | None = None
 
 
+# torchtitan initializes the weights on the device (from its generator: sim's is CUDA's Philox, not the CPU's
+# Mersenne Twister), so every run starts from one seed checkpoint, made natively on the CPU
+SEED = ["--checkpoint.enable", "--checkpoint.create_seed_checkpoint", "--parallelism.data_parallel_shard_degree", "1"]
+
+
+def seed_checkpoint(python: str, workdir: Path, native: Path, assets: Path, timeout: float) -> list[str]:
+    """The arguments that start a run from the seed checkpoint, made here by one native process."""
+    outcome = run(python, "native", "seed", Config(SEED, nproc=1), workdir, native, assets, timeout)
+    if outcome.error:
+        sys.exit(f"the seed checkpoint failed: {outcome.error}")
+    step0 = workdir / "runs" / "seed-native" / "checkpoint" / "step-0"
+    return ["--checkpoint.enable", "--checkpoint.initial_load_path", str(step0)]
+
+
 def run(python: str, side: str, name: str, config: Config, workdir: Path, native: Path, assets: Path,
-        timeout: float) -> Outcome:
+        timeout: float, start_from: list[str] | None = None) -> Outcome:
     """One configuration on one side; a resuming configuration runs twice and reports both runs' steps."""
     dump = workdir / "runs" / f"{name}-{side}"
     if dump.exists():
         shutil.rmtree(dump)
     paths = ["--job.dump_folder", str(dump), "--model.hf_assets_path", str(assets / "tokenizer"),
-             "--training.dataset_path", str(assets / "c4_test")]
+             "--training.dataset_path", str(assets / "c4_test"), *(start_from or [])]
     start = time.perf_counter()
     losses: list[tuple[int, str, str]] = []
     for part, args in enumerate([config.args, config.resume] if config.resume else [config.args]):
@@ -311,12 +325,13 @@ def main() -> int:
     python = install(workdir, args.current_env)
     assets = stage_assets(args.assets.resolve(), workdir, args.synthetic_data)
     native = native_tree(python, workdir)
+    start_from = seed_checkpoint(python, workdir, native, assets, args.timeout)
     backends = args.backends.split(",")
     results: dict[str, dict[str, Outcome]] = {}
     for name in args.configs.split(","):
         results[name] = {}
         for side in ["native", *backends]:  # one at a time: each is a multi-process run
-            outcome = run(python, side, name, CONFIGS[name], workdir, native, assets, args.timeout)
+            outcome = run(python, side, name, CONFIGS[name], workdir, native, assets, args.timeout, start_from)
             results[name][side] = outcome
             print(f"{name} {side}: {len(outcome.losses)} steps in {outcome.seconds:.0f} s"
                   + (f"; {outcome.error}" if outcome.error else ""), flush=True)

@@ -136,3 +136,23 @@ def test_a_failed_run_is_summed_up_by_its_last_error_or_signal(peer):
     assert peer.failure(torchrun) == "traceback : Signal 11 (SIGSEGV) received by PID 3291"
     assert peer.failure("x\nRuntimeError: Invalid device ordinal\n====\n") == "RuntimeError: Invalid device ordinal"
     assert peer.failure("a\nb\nc\nd\n") == "b / c / d"
+
+
+def test_every_run_starts_from_one_seed_checkpoint_made_natively_by_one_process(peer, tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append((argv, kwargs["env"]))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(peer.subprocess, "run", fake_run)
+    start_from = peer.seed_checkpoint("py", tmp_path, tmp_path / "native", tmp_path, 10)
+    (argv, env), = calls
+    assert "--checkpoint.create_seed_checkpoint" in argv and argv[argv.index("--nproc-per-node") + 1] == "1"
+    assert "torchdevice" not in argv and env["PYTHONPATH"] == str(tmp_path / "native")
+    assert start_from[-1] == str(tmp_path / "runs" / "seed-native" / "checkpoint" / "step-0")
+    peer.run("py", "sim", "ddp", peer.CONFIGS["ddp"], tmp_path, tmp_path, tmp_path, 10, start_from)
+    assert calls[-1][0][-len(peer.DDP) - len(start_from):-len(peer.DDP)] == start_from
+    monkeypatch.setattr(peer.subprocess, "run", lambda argv, **kwargs: subprocess.CompletedProcess(argv, 1, "", "E\n"))
+    with pytest.raises(SystemExit, match="the seed checkpoint failed: exit 1"):
+        peer.seed_checkpoint("py", tmp_path, tmp_path, tmp_path, 10)
