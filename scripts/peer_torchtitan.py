@@ -12,8 +12,10 @@ of ``CONFIGS``, three ways:
 - ``cpu``, ``sim``: the installed torchtitan, unmodified, run as ``torchrun -m torchdevice run -m
   torchtitan.train`` with ``TORCHDEVICE_BACKEND`` set.
 
-Every translated run's losses (and gradient norms), as torchtitan logs them per step, must equal the
-native run's step for step. Exit status 1 on any difference or failed run; a table is printed. One command::
+Every run starts from one seed checkpoint made natively on the CPU (torchtitan initializes the weights on the
+device, from the device's generator). Every translated run's losses (and gradient norms), as torchtitan logs
+them per step, must equal the native run's step for step. Exit status 1 on any difference or failed run; a table
+is printed. One command::
 
     python scripts/peer_torchtitan.py --assets TORCHTITAN_CHECKOUT/tests/assets [--configs ddp,fsdp,...]
                                       [--backends cpu,sim] [--workdir .peer/torchtitan] [--current-env]
