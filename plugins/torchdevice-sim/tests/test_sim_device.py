@@ -563,3 +563,37 @@ def test_visible_devices_parse_as_cudas_and_a_bad_value_names_the_variable(value
 
 def test_data_parallel_over_both_devices_forward_and_backward(synced, data_parallel_check):
     data_parallel_check("sim")
+
+
+LAZY_BITS = """
+import torch, torchdevice_sim
+torchdevice_sim.load()
+x = torch.randn(4, dtype=torch.cfloat)
+s = x.to("sim")
+assert torch.equal(s.conj().cpu(), x.conj().resolve_conj())  # conjugate bit, device to host
+assert torch.equal(s.conj().imag.cpu(), x.conj().imag.resolve_neg())  # negative bit
+d = torch.empty(4, dtype=torch.cfloat, device="sim")
+d.copy_(s.conj())  # device to device, source with the bit
+assert torch.equal(d.cpu(), x.conj().resolve_conj())
+d = torch.empty(4, dtype=torch.cfloat, device="sim").conj()
+d.copy_(s)  # destination with the bit: its memory holds the conjugate
+assert torch.equal(d.resolve_conj().cpu(), x) and torch.equal(d.conj().cpu(), x.conj())
+assert torch.equal(x.conj().to("sim").cpu(), x.conj().resolve_conj())  # host to device
+a = torch.randn(3, 4, dtype=torch.cfloat, device="sim", requires_grad=True)  # a rotary embedding's backward
+f = torch.randn(3, 4, dtype=torch.cfloat, device="sim")
+torch.view_as_real(a * f).sum().backward()
+host = a.detach().cpu().requires_grad_()
+torch.view_as_real(host * f.cpu()).sum().backward()
+assert torch.equal(a.grad.cpu(), host.grad)
+print("ok")
+"""
+
+
+def test_copies_of_tensors_with_lazy_conjugate_or_negative_bits_give_their_values(runner, tmp_path):
+    """A copy to, from or within sim of a tensor whose conjugate or negative bit is still lazy gives the values the
+    tensor reads as, as on the CPU (it overflowed the stack before: torch's fallback for the bits cloned, and the
+    clone copied with the bit still set; llama's rotary embedding backward does such a copy). In a process of its
+    own, as the failure was a SIGSEGV."""
+    program = tmp_path / "lazy_bits.py"
+    program.write_text(LAZY_BITS)
+    assert runner.run([str(program)]).stdout.strip() == "ok"

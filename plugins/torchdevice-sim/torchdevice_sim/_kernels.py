@@ -551,7 +551,31 @@ def register(C: Any, device_type: str) -> list[torch.library.Library]:
         name, _, overload = qualified.partition("::")[2].partition(".")
         op = getattr(getattr(aten, name), overload or "default")
         overrideable.impl(qualified.partition("::")[2], functools.partial(fallback, op), "PrivateUse1")
-    return [everything, overrideable]
+    # A copy to or from a device tensor with a lazy conjugate or negative bit: torch's Conjugate/Negative fallback
+    # for _copy_from clones the tensor, and the clone copies with the bit still set, again and again until the
+    # stack overflows (SIGSEGV: the backward of a rotary embedding does this). Resolve the bits on the host.
+    lazy_bits = torch.library.Library("aten", "IMPL")
+    for key in ("Conjugate", "Negative"):
+        lazy_bits.impl("_copy_from", _copy_from_with_lazy_bits, key)
+    return [everything, overrideable, lazy_bits]
+
+
+def _raw(t: Tensor) -> Tensor:
+    """A view of ``t``'s memory as it is stored: its lazy conjugate and negative bits dropped."""
+    t = t.conj() if t.is_conj() else t
+    return torch._neg_view(t) if t.is_neg() else t
+
+
+def _copy_from_with_lazy_bits(src: Tensor, dst: Tensor, non_blocking: bool = False) -> Tensor:
+    """``dst.copy_(src)`` where either has a lazy bit: src's values made on the host from its stored memory, then
+    stored into dst's memory as its own bits read them back (both bits are their own inverses)."""
+    values = _raw(src).cpu()
+    values = values.conj() if src.is_conj() else values
+    values = torch._neg_view(values) if src.is_neg() else values
+    stored = values.conj() if dst.is_conj() else values
+    stored = torch._neg_view(stored) if dst.is_neg() else stored
+    _raw(dst).copy_(stored.resolve_conj().resolve_neg(), non_blocking=non_blocking)
+    return dst
 
 
 def cpu_kernels_shadowed() -> list[str]:
