@@ -54,6 +54,14 @@ def test_torch_internals_get_the_real_answer_and_the_program_the_translated_one(
     assert _ask_from(PROGRAM, expression) not in (False, 0)
 
 
+def test_torchs_device_type_helper_tells_the_program_its_source_and_torch_the_machine(translated):
+    """``torch._utils._get_available_device_type()`` asked by the program (torchtitan picks its device with it)
+    answers as ``torch.cuda.is_available()`` does for it; asked by torch's own code, it describes the machine."""
+    native = boundary.unpatched(lambda: torch._utils._get_available_device_type())()
+    assert _ask_from(PROGRAM, "torch._utils._get_available_device_type()") == "cuda"
+    assert _ask_from(INDUCTOR, "torch._utils._get_available_device_type()") == native
+
+
 def test_torch_acting_on_the_programs_behalf_keeps_the_translated_answer(translated):
     assert _ask_from(RANDOM, "torch.cuda.is_available()") is True
     assert _ask_from(os.path.join(TORCH_DIR, "testing", "probe.py"), "torch.cuda.is_available()") is True

@@ -236,7 +236,15 @@ def unpatched(fn: _F) -> _F:
 
 def install(patcher: Patcher, target: Target) -> None:
     """Run inductor unpatched: ``torch.compile``'s default backend compiles the graph dynamo
-    captured (the program's code, already translated) with torch's own objects."""
+    captured (the program's code, already translated) with torch's own objects. And split torch's helper
+    ``torch._utils._get_available_device_type``: a program asking it (torchtitan does) is told its source
+    device type, as ``torch.<source>.is_available()`` tells it; torch's own callers get the real machine."""
     wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
     if wrapper is not None:
         patcher.set(wrapper, "__call__", unpatched(patcher.get(wrapper, "__call__")))
+    real = patcher.get(torch._utils, "_get_available_device_type")
+
+    def _get_available_device_type() -> str | None:
+        return target.source if getattr(torch, target.source).is_available() else real()
+
+    patcher.set(torch._utils, "_get_available_device_type", split(_get_available_device_type, real))
