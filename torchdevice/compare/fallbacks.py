@@ -36,9 +36,15 @@ def _redispatcher(key: str) -> Any:
     return redispatch
 
 
+#: backend keys a plugin may put a Python fallback on behind a C++ one on its own key (sim's C++ fallback on
+#: PrivateUse1 runs the common ops and hands the rest to its Python fallback on PrivateUse2)
+_SPARE_KEYS = ("PrivateUse2", "PrivateUse3")
+
+
 def cover(device_type: str, names: list[str] | None = None) -> bool:
     """Enter the ops ``names`` (default: every op registered) lacking a kernel for ``device_type``'s
-    dispatch key. False (nothing done) while the key has no fallback."""
+    dispatch key, and for each spare PrivateUse key with a fallback. False (nothing done) while the
+    device's key has no fallback."""
     try:
         key = torch._C._dispatch_key_for_device(device_type)
     except RuntimeError:  # a name torch does not know (yet): only PrivateUse1 can be renamed
@@ -46,11 +52,20 @@ def cover(device_type: str, names: list[str] | None = None) -> bool:
     dispatch_key = getattr(torch._C.DispatchKey, key, None)
     if dispatch_key is None or not torch._C._dispatch_has_backend_fallback(dispatch_key):
         return False
+    for spare in _SPARE_KEYS:
+        if spare != key and torch._C._dispatch_has_backend_fallback(getattr(torch._C.DispatchKey, spare)):
+            _cover_key(spare, names)
+    _cover_key(key, names)
+    return True
+
+
+def _cover_key(key: str, names: list[str] | None) -> None:
+    dispatch_key = getattr(torch._C.DispatchKey, key)
     done = _COVERED.setdefault(key, set())
     todo = [n for n in (torch._C._dispatch_get_all_op_names() if names is None else names)
             if n not in done and not torch._C._dispatch_has_kernel_for_dispatch_key(n, dispatch_key)]
     if not todo:
-        return True
+        return
     function = _redispatcher(key)
     libraries: dict[str, Any] = {}
     for name in todo:
@@ -62,4 +77,3 @@ def cover(device_type: str, names: list[str] | None = None) -> bool:
     for library in libraries.values():
         library.reset()  # the kernels go; torch keeps the table entries
     done.update(todo)
-    return True

@@ -1,4 +1,4 @@
-"""sim's fast path (issue 32): common ops run by the C++ fallback without Python, and kernels on an idle
+"""sim's fast path: common ops run by the C++ fallback without Python, and kernels on an idle
 stream run on the calling thread instead of being handed to the stream's worker.
 
 What must hold is what a GPU program sees: the same numbers as the CPU (and as sim's Python path), work
