@@ -17,7 +17,6 @@ import torch
 
 import torchdevice
 from torchdevice import InvalidDeviceError, UnsupportedError, cpu
-from torchdevice.cpu import CPUCollectives
 
 MiB = 1024 * 1024
 TENSOR_BYTES = 128 * MiB
@@ -469,4 +468,4 @@ def test_cpu_name_without_proc_is_what_platform_says(monkeypatch):
 
 
 def test_dist_backend_is_the_active_backends_engine(on_cpu):
-    assert torchdevice.dist_backend() == CPUCollectives.dist_backend == "gloo"
+    assert torchdevice.dist_backend() == cpu.CPUCollectives.dist_backend == "gloo"
