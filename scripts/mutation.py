@@ -33,20 +33,20 @@ SCRATCH = ROOT / ".mutation"
 
 #: module -> the in-process test files that reach it (subprocess-only tests are deselected below)
 MODULES: dict[str, list[str]] = {
-    "devices": ["tests/test_devices.py", "tests/test_device_arguments.py", "tests/test_translation_edges.py",
+    "devices": ["tests/devices/test_devices.py", "tests/devices/test_arguments.py", "tests/devices/test_edges.py",
                 "tests/test_default_generators.py", "tests/test_unpatch.py", "tests/test_source_family.py",
-                "tests/test_device_translation_matches_native.py"],
+                "tests/devices/test_native_parity.py"],
     "router": ["tests/router/test_selection.py", "tests/router/test_reports.py",
                "tests/router/test_records.py"],
-    "cpu": ["tests/test_api.py", "tests/test_memory.py", "tests/test_honesty_oracle.py",
+    "cpu": ["tests/test_api.py", "tests/test_memory.py", "tests/honesty/test_oracle.py",
             "tests/test_default_generators.py", "tests/test_source_family.py", "tests/cpu/test_memory_counters.py",
             "tests/cpu/test_host_figures.py"],
     "host": ["tests/test_api.py", "tests/test_memory.py", "tests/cpu/test_memory_counters.py",
              "tests/cpu/test_host_figures.py", "tests/test_device_properties.py", "tests/host/test_sensors.py",
              "tests/host/test_macos_readers.py", "tests/host/test_linux_readers.py"],
     "streams": ["tests/test_host_streams.py", "tests/test_api.py", "tests/test_namespaces.py",
-                "tests/test_honesty_oracle.py", "tests/test_source_family.py", "tests/test_logical_device_streams.py"],
-    "_patching": ["tests/test_unpatch.py", "tests/test_devices.py", "tests/test_namespaces.py",
+                "tests/honesty/test_oracle.py", "tests/test_source_family.py", "tests/test_logical_device_streams.py"],
+    "_patching": ["tests/test_unpatch.py", "tests/devices/test_devices.py", "tests/test_namespaces.py",
                   "tests/test_source_family.py"],
 }
 #: tests in those files that only run subprocesses (the unmutated tree): they cannot kill a mutant, and

@@ -175,7 +175,7 @@ def on_target(router_state, target):
 @pytest.fixture
 def translated(on_target):
     """CUDA code translated onto the suite's target: ``on_target`` and ``torchdevice.patched()``; yields the
-    translation's Target. A module that needs more (test_memory, test_report_sites) defines its own."""
+    translation's Target. A module that needs more (test_memory, report/test_sites) defines its own."""
     with torchdevice.patched() as active:
         yield active
 

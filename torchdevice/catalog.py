@@ -6,7 +6,7 @@ five sections: ``torch.cuda`` (76 functions), ``torch.mps`` (13), ``torch.xpu``
 names and a return type. Those rows are extracted into
 ``torchdevice/data/catalog.json`` so the installed package does not need the
 seed; :mod:`torchdevice.matrix` answers the catalog's empty CPU/CUDA/MPS/MLX
-columns from the code, and ``tests/test_honesty.py`` calls every function with
+columns from the code, and ``tests/honesty/test_published_status.py`` calls every function with
 the examples kept beside it in :mod:`torchdevice.data.catalog_examples`.
 
 Regenerate or check the JSON when the seed is at hand::

@@ -427,7 +427,7 @@ def render_md(backends: Iterable[str] | str | None = None) -> str:
         "How every device function of the seed catalog behaves on each installed torchdevice backend while "
         "translation is on (`torchdevice.patch()` / `torchdevice run`). The statuses are derived from the "
         "code -- the status tags on each backend's operations, read through the table that also builds the "
-        "translated functions -- so this page cannot drift from what a call does (`tests/test_honesty.py` "
+        "translated functions -- so this page cannot drift from what a call does (`tests/honesty/test_published_status.py` "
         "calls every function on the CPU backend to check). Backends whose hardware is absent are derived "
         "the same way: no hardware is needed to read their operations.",
         "",

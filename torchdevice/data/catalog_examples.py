@@ -1,6 +1,6 @@
 """Valid arguments for calling every catalog function, kept beside the catalog (``catalog.json``).
 
-``tests/test_honesty.py`` calls each device function of the catalog with these
+``tests/honesty/test_published_status.py`` calls each device function of the catalog with these
 arguments while translation to the CPU backend is on, and checks the result
 against the catalog's documented return type (:func:`returns_ok`), or that an
 "unsupported" function raises :class:`torchdevice.UnsupportedError`.

@@ -3,7 +3,7 @@
 On sim torch's own ``torch.accelerator`` is sim's (PrivateUse1 registers it): translated, the program's
 ``torch.accelerator`` answers as ``torch.cuda`` does (the source family), while torch's own code keeps
 sim's real answers. The core's tests check cpu and mlx alike (tests/test_accelerator.py,
-tests/test_report_sites.py); sim's are here because loading sim changes torch for the whole process.
+tests/report/test_sites.py); sim's are here because loading sim changes torch for the whole process.
 """
 from __future__ import annotations
 

@@ -240,10 +240,10 @@ def _sim_outcome(call, value) -> str:
 
 @pytest.mark.filterwarnings("ignore:Complex modules")
 def test_device_arguments_behave_as_native_sim_code_with_indices_kept(synced):
-    """The core suite's table (tests/test_device_arguments.py: strings, ordinals, numpy and enum
+    """The core suite's table (tests/devices/test_arguments.py: strings, ordinals, numpy and enum
     values, real devices, junk) through every device-taking call, translated onto sim and compared
     with native sim code, device index included."""
-    from test_device_arguments import CALLS, _as_native, _inputs
+    from devices.test_arguments import CALLS, _as_native, _inputs
 
     inputs = _inputs()
     native = {(i, name): _sim_outcome(call, _as_native(value, 2, "sim", indexed=True))

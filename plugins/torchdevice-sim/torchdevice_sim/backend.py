@@ -88,8 +88,8 @@ checked by running them (`tox -e sim`: the plugin's tests, CUDA programs transla
 
 The core suite's translation tests run with sim as their target too (`tox -e sim` sets
 `TORCHDEVICE_TEST_TARGET=sim`; every core test that takes the `on_target` fixture, 301 of them, with
-their expectations read from native sim code): device translation and its edges (`test_devices`,
-`test_translation_edges`, `test_device_translation_matches_native`, `test_unpatch`), the fronted
+their expectations read from native sim code): device translation and its edges (`devices/test_devices`,
+`devices/test_edges`, `devices/test_native_parity`, `test_unpatch`), the fronted
 namespaces (`test_namespaces`, `test_source_family`, `test_device_properties`), `torch.cuda.comm`
 (`test_comm`), `torch.distributed`'s backend argument (`test_distributed`), AMP (`test_amp`), where
 warnings point (`test_warning_sites`), memory figures (`test_memory`), and the events and streams of the

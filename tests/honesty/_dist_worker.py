@@ -1,6 +1,6 @@
 """Run every torch.distributed example of the catalog on a 2-process group, translated to the CPU backend.
 
-Usage: ``python tests/_honesty_dist_worker.py OUT.json``. Each rank turns
+Usage: ``python tests/honesty/_dist_worker.py OUT.json``. Each rank turns
 translation on (``torchdevice.use("cpu")``, ``torchdevice.patch()``) and calls
 the examples of :data:`torchdevice.data.catalog_examples.DISTRIBUTED` in order
 (``init_process_group("nccl", ...)`` first, ``destroy_process_group()`` last;

@@ -1,7 +1,7 @@
 """The honesty test's own oracle: what each function *should* do on a host backend, written down
 by hand from what the function means, never read from the matrix or from torchdevice's rules.
 
-tests/test_honesty.py checks that the published status and the installed wrapper agree; both
+tests/honesty/test_published_status.py checks that the published status and the installed wrapper agree; both
 come from the same rule table, so a consistently wrong rule (a working ``synchronize``
 relabelled unsupported) would pass it. Here:
 

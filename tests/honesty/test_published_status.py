@@ -17,7 +17,7 @@ valid arguments kept beside the catalog (torchdevice/data/catalog_examples.py):
 The statuses are read from the real command line's JSON, so the CLI is what
 is checked against behaviour. The torch.distributed functions run the same
 way on a 2-process gloo group started with `init_process_group("nccl")`
-(tests/_honesty_dist_worker.py). The MLX backend is checked too where it can
+(tests/honesty/_dist_worker.py). The MLX backend is checked too where it can
 run.
 """
 from __future__ import annotations
@@ -201,7 +201,7 @@ def test_torch_cuda_comm_and_nvtx_agree_with_the_matrix(translating):
 @pytest.fixture(scope="module")
 def dist_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist") / "results.json"
-    worker = Path(__file__).with_name("_honesty_dist_worker.py")
+    worker = Path(__file__).with_name("_dist_worker.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
     result = run_command([sys.executable, str(worker), str(out)], env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]

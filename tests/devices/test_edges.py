@@ -1,4 +1,4 @@
-"""Device translation where the differential fuzz (tests/test_device_arguments.py) cannot look.
+"""Device translation where the differential fuzz (tests/devices/test_arguments.py) cannot look.
 
 On a cpu target a tensor that was never moved looks exactly like one that was, so these check
 what a program can still observe: the call-site report of every device entry point (what

@@ -20,7 +20,7 @@ import pytest
 from torchdevice import cli, scan
 from torchdevice.scan import SEVERITY, ScanReport, Use, parse_fail_on, scan_paths, scan_source
 
-FIXTURES = Path(__file__).parent / "fixtures" / "scan"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "scan"
 MARKER = re.compile(r"\s*# expect: (.*)$")
 
 
@@ -40,7 +40,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "torchdevice", "scan", *args], capture_output=True, text=True,
-                          env=full_env, cwd=Path(__file__).parent.parent)
+                          env=full_env, cwd=Path(__file__).parents[2])
 
 
 # -- detection --------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_statuses_come_from_the_matrix_or_are_unknown():
     for use in report.uses:
         answer = status_for(use.api, backend)
         if use.context in (scan.COMPARE_REAL, scan.COMPARE_STRING):
-            continue  # a compared device string says what the comparison does (tests/test_scan_comparisons.py)
+            continue  # a compared device string says what the comparison does (tests/scan/test_comparisons.py)
         if answer is None:
             assert (use.status, use.note) == ("unknown", "")
         else:
