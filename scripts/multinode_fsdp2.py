@@ -1,7 +1,7 @@
 """Two torchrun agents on this machine (``--nnodes 2 --nproc-per-node 2``, c10d rendezvous on 127.0.0.1)
 run the CUDA-written FSDP2 + TP + DCP program (tests/dist_programs/fsdp2_tp_dcp.py) translated, then its
 native CPU/gloo port the same way; every number of the 4 ranks must be equal. Outside the default test
-run (8 processes, about a minute on 2 cores); tests/test_dist_programs.py runs it with
+run (8 processes, about a minute on 2 cores); tests/distributed/test_fsdp2_tp_dcp.py runs it with
 TORCHDEVICE_MULTINODE_TESTS=1. Exits 0 when equal::
 
     python scripts/multinode_fsdp2.py [--backend cpu|sim] [--out DIR]

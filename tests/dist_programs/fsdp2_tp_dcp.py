@@ -1,7 +1,7 @@
 """FSDP2 + DTensor tensor parallel + DCP, written for CUDA + NCCL, 2 ranks.
 
 Launched unmodified: ``torchrun --nproc-per-node 2 -m torchdevice run fsdp2_tp_dcp.py OUT``.
-Its hand port to CPU/gloo is ``fsdp2_tp_dcp_native.py``; tests/test_dist_programs.py runs both
+Its hand port to CPU/gloo is ``fsdp2_tp_dcp_native.py``; tests/distributed/test_fsdp2_tp_dcp.py runs both
 and compares every number. Each rank writes ``OUT/rank{RANK}.pt``; rank 0's DCP checkpoint is
 ``OUT/ckpt`` (the port loads a translated run's checkpoint with ``--load CKPT``).
 

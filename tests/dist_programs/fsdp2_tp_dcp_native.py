@@ -1,5 +1,5 @@
 """The hand port of ``fsdp2_tp_dcp.py`` to CPU + gloo, run natively: ``torchrun --nproc-per-node 2
-fsdp2_tp_dcp_native.py OUT [--load CKPT]`` (tests/test_dist_programs.py compares it with the
+fsdp2_tp_dcp_native.py OUT [--load CKPT]`` (tests/distributed/test_fsdp2_tp_dcp.py compares it with the
 CUDA program run through torchdevice).
 
 What the port changes: ``cuda`` -> ``cpu``, ``nccl`` -> ``gloo``, no ``set_device``, and the

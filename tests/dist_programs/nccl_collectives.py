@@ -1,4 +1,4 @@
-"""Collectives written for CUDA + NCCL, one GPU per process (run by tests/test_distributed.py).
+"""Collectives written for CUDA + NCCL, one GPU per process (run by tests/distributed/test_nccl_programs.py).
 
 Launched unmodified through ``torchrun --nproc-per-node 2 -m torchdevice run``.
 Each rank writes what every call returned to ``OUT/rank{RANK}.json``; the

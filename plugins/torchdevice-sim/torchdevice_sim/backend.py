@@ -91,7 +91,7 @@ The core suite's translation tests run with sim as their target too (`tox -e sim
 their expectations read from native sim code): device translation and its edges (`devices/test_devices`,
 `devices/test_edges`, `devices/test_native_parity`, `test_unpatch`), the fronted
 namespaces (`test_namespaces`, `test_source_family`, `test_device_properties`), `torch.cuda.comm`
-(`test_comm`), `torch.distributed`'s backend argument (`test_distributed`), AMP (`test_amp`), where
+(`test_comm`), `torch.distributed`'s backend argument (`distributed/test_nccl_programs`), AMP (`amp/test_autocast`), where
 warnings point (`test_warning_sites`), memory figures (`test_memory`), and the events and streams of the
 device-agnostic API (`test_api`, `test_logical_device_streams`), `torch.accelerator`
 (`test_accelerator`), the import boundary and stand-ins torch's machinery sees (`test_boundary`,

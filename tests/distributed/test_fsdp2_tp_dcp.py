@@ -13,7 +13,7 @@ import torch.distributed as dist
 from conftest import TARGET
 from helpers import torchrun
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "dist_programs"
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")

@@ -26,7 +26,7 @@ import torchdevice
 import torchdevice.distributed as tddist
 from torchdevice.backend import Status
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: the accelerator torch itself sees on this machine, read while translation is off (collection)
 NATIVE_ACCELERATOR = torch._C._get_accelerator().type
 EXAMPLE = ROOT / "examples" / "ddp_train.py"

@@ -295,7 +295,7 @@ def test_translated_calls_are_traced(patched):
     assert uses["torch.autocast"].calls == 1
     assert uses["torch.autocast"].how.startswith("translated")
     (site,) = uses["torch.amp.GradScaler"].sites
-    assert site.startswith(__file__) or site.rsplit(":", 1)[0].endswith("test_amp.py")
+    assert site.startswith(__file__) or site.rsplit(":", 1)[0].endswith("test_autocast.py")
 
 
 def test_status_for_describes_every_patched_api(patched, target):

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from torchdevice import boundary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORCH_DIR = os.path.dirname(torch.__file__)
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
