@@ -2,7 +2,9 @@
 backends keep working (zero-code activation by name and automatic, and `torchdevice info`).
 
 The plugin is tests/fixtures/plugins/td_faulty.py, installed as a fake distribution; the
-fault it commits is chosen by ``TD_FAULT``. Each case runs in fresh subprocesses.
+fault it commits is chosen by ``TD_FAULT``. Each case runs in two fresh processes: the backend named
+(``TORCHDEVICE_BACKEND=cpu``), and automatic selection, which then prints ``torchdevice info --json`` (the
+command's own code, called in that process).
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import pytest
 from helpers import run_command, run_concurrently, write_plugin
 
 PROGRAM = "import torch; print(torch.zeros(1, device='cuda').device)"
+# the device, then what `torchdevice info --json` prints in the same process
+PROGRAM_AND_INFO = PROGRAM + "; import sys, torchdevice.cli; sys.exit(torchdevice.cli.main(['info', '--json']))"
 
 # fault -> text the problem report must contain
 FAULTS = {
@@ -46,9 +50,15 @@ def _runs(site, fault):
     py = sys.executable
     return {
         "named": (run_command, ([py, "-c", PROGRAM],), {"env": {**base, "TORCHDEVICE_BACKEND": "cpu"}, "pythonpath": [site]}),
-        "auto": (run_command, ([py, "-c", PROGRAM],), {"env": {**base, "TORCHDEVICE_AUTO": "1"}, "pythonpath": [site]}),
-        "info": (run_command, ([py, "-m", "torchdevice", "info", "--json"],), {"env": base, "pythonpath": [site]}),
+        "auto": (run_command, ([py, "-c", PROGRAM_AND_INFO],),
+                 {"env": {**base, "TORCHDEVICE_AUTO": "1"}, "pythonpath": [site]}),
     }
+
+
+def _device_and_info(run) -> tuple[str, dict]:
+    """The automatic run's printed device and its `info --json` document."""
+    device, _, info = run.stdout.partition("\n")
+    return device.strip(), json.loads(info)
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +74,11 @@ def results(site):
 def test_fault_is_reported_and_cpu_still_translates(results, fault):
     for mode in ("named", "auto"):
         run = results[fault, mode]
-        assert run.returncode == 0, str(run)
-        assert run.stdout.strip() == "cpu", str(run)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, str(run)
         assert "activation failed" not in run.stderr, str(run)
-    info = results[fault, "info"]
-    assert info.returncode == 0 and "Traceback" not in info.stderr, str(info)
-    data = json.loads(info.stdout)
+    assert results[fault, "named"].stdout.strip() == "cpu", str(results[fault, "named"])
+    device, data = _device_and_info(results[fault, "auto"])
+    assert device == "cpu", str(results[fault, "auto"])
     assert data["selected"] == "cpu" and data["error"] is None, data
     problems = "\n".join(data["problems"]) + "\n".join(
         p for b in data["backends"] for p in b["problems"] + [b["reason"]])
@@ -86,10 +95,10 @@ def test_automatic_selection_warns_once_naming_the_plugin_it_passed_over(results
 
 def test_a_plugin_cannot_answer_for_a_backend_it_did_not_declare(results):
     # td_faulty answers availability False and count 0 for every name; only its own counts
-    for mode in ("named", "auto"):
-        run = results["hijack", mode]
-        assert run.returncode == 0 and run.stdout.strip() == "cpu", str(run)
-    data = json.loads(results["hijack", "info"].stdout)
+    named = results["hijack", "named"]
+    assert named.returncode == 0 and named.stdout.strip() == "cpu", str(named)
+    device, data = _device_and_info(results["hijack", "auto"])
+    assert results["hijack", "auto"].returncode == 0 and device == "cpu", str(results["hijack", "auto"])
     backends = {b["name"]: b for b in data["backends"]}
     assert backends["cpu"]["available"] and data["selected"] == "cpu", data
     assert not backends["faulty"]["available"]
