@@ -39,6 +39,14 @@ def _key(device_type: str) -> str:
     return "Autocast" + torch._C._dispatch_key_for_device(device_type)
 
 
+def _dispatch_key(name: str) -> torch._C.DispatchKey:
+    """The key named ``name``, parsed by the dispatcher: Python's enum lacks some (``AutocastMTIA`` in torch 2.13)."""
+    key = torch._C._parse_dispatch_key(name)
+    if key is None:
+        raise ValueError(f"torch's dispatcher has no dispatch key {name!r}")
+    return key
+
+
 def install(patcher: Patcher, target: Target) -> None:
     """Mirror the source's autocast rules onto the target's key, now and for rules registered later."""
     source, tt = target.source, target.device_type
@@ -114,7 +122,7 @@ def _python_rule(op: torch._ops.OpOverload, source: str, source_key: str) -> tor
     opdef = torch._library.custom_ops.OPDEFS.get(op._schema.name)
     if opdef is not None and opdef._autocast_dtype.get(source) is not None:
         return opdef._autocast_dtype[source]
-    impl = op.py_kernels.get(getattr(torch._C.DispatchKey, source_key))
+    impl = op.py_kernels.get(_dispatch_key(source_key))
     for cell in getattr(impl, "__closure__", None) or ():  # torch.library.register_autocast's closure
         if isinstance(cell.cell_contents, torch.dtype):
             return cell.cell_contents
@@ -122,7 +130,7 @@ def _python_rule(op: torch._ops.OpOverload, source: str, source_key: str) -> tor
 
 
 def _kernel(op: torch._ops.OpOverload, tt: str, target_key: str, dtype: torch.dtype | None) -> Callable[..., Any]:
-    exclude = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, target_key))
+    exclude = torch._C.DispatchKeySet(_dispatch_key(target_key))
 
     def autocast_kernel(*args: Any, **kwargs: Any) -> Any:
         cast_to = dtype if dtype is not None else torch.float32

@@ -102,3 +102,18 @@ def test_unpatch_removes_the_mirrored_kernels(on_target, library):
 def on_target_device() -> str:
     with torchdevice.patched() as active:
         return active.device_type
+
+
+def test_a_rule_is_mirrored_onto_a_key_pythons_enum_does_not_name(router_state, library):
+    """stand-in, not hardware-verified: MTIA as the target (its plugin over a recorded stand-in). Its autocast
+    key, ``AutocastMTIA``, exists in torch 2.13's dispatcher but not in ``torch._C.DispatchKey``."""
+    torchdevice_mtia = pytest.importorskip("torchdevice_mtia")
+    from torchdevice.testing import StandIn, registered
+
+    namespace, lib = library
+    _op(namespace, lib, "mtiarule")
+    torch.library.register_autocast(f"{namespace}::mtiarule", "cuda", torch.float32)
+    backend = torchdevice_mtia.MTIABackend(StandIn("mtia"))
+    with registered(backend), torchdevice.use(backend.name), torchdevice.patched():
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::mtiarule", "AutocastMTIA")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::mtiarule", "AutocastMTIA")
