@@ -98,6 +98,34 @@ def test_a_training_step_gives_the_cpus_numbers(synced):
         assert b.device.type == "sim" and torch.equal(a, b.cpu())
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_embedding_bag_gives_the_cpus_values_and_gradients_and_cudas_bag_of_each_index(synced, mode, include_last_offset):
+    """The CPU kernel's numbers; its auxiliary outputs as CUDA's kernel makes them (and the meta kernel, which
+    compiled code trusts): ``offset2bag`` filled, the backward reads it (left uninitialised, it crashed the
+    process), ``bag_size`` one entry per offset. Bags 0 to 3 over 7 indices, bag 1 empty."""
+    weight = torch.randn(10, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    indices = torch.tensor([1, 2, 4, 5, 4, 9, 3])
+    offsets = torch.tensor([0, 2, 2, 5, 7] if include_last_offset else [0, 2, 2, 5])
+    padding_idx = None if mode == "max" else 4
+    on_sim = weight.detach().to("sim").requires_grad_()
+    bags = [torch.nn.functional.embedding_bag(indices.to(w.device), w, offsets.to(w.device), mode=mode,
+                                              include_last_offset=include_last_offset, padding_idx=padding_idx)
+            for w in (weight, on_sim)]
+    for bag in bags:
+        bag.pow(2).sum().backward()
+    assert torch.equal(bags[0], bags[1].cpu()) and torch.equal(weight.grad, on_sim.grad.cpu())
+    code = {"sum": 0, "mean": 1, "max": 2}[mode]
+    aux = torch.ops.aten._embedding_bag(on_sim, indices.to("sim"), offsets.to("sim"), False, code, False, None,
+                                        include_last_offset)
+    meta = torch.ops.aten._embedding_bag(weight.to("meta"), indices.to("meta"), offsets.to("meta"), False, code,
+                                         False, None, include_last_offset)
+    assert [t.shape for t in aux] == [t.shape for t in meta]
+    assert aux[1].tolist() == [0, 0, 2, 2, 2, 3, 3]
+    if mode == "mean":  # the bags' sizes, which the mean's backward divides by
+        assert aux[2].tolist()[:4] == [2, 0, 3, 2]
+
+
 def test_data_dependent_ops_and_item(synced):
     x = torch.tensor([0.0, 2.0, 0.0, 3.0], device="sim")
     assert x.nonzero().device.type == "sim"

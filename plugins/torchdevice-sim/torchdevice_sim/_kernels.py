@@ -557,7 +557,35 @@ def register(C: Any, device_type: str) -> list[torch.library.Library]:
     lazy_bits = torch.library.Library("aten", "IMPL")
     for key in ("Conjugate", "Negative"):
         lazy_bits.impl("_copy_from", _copy_from_with_lazy_bits, key)
+    for name in ("_embedding_bag", "_embedding_bag_forward_only"):
+        overrideable.impl(name, functools.partial(_embedding_bag, fallback, getattr(aten, name).default), "PrivateUse1")
     return [everything, overrideable, lazy_bits]
+
+
+def _embedding_bag(fallback: Fallback, op: torch._ops.OpOverload, weight: Tensor, indices: Tensor, offsets: Tensor,
+                   scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
+                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
+                   padding_idx: int = -1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The CPU kernel through the fallback, its auxiliary outputs shaped and filled as CUDA's kernel (and the meta
+    kernel, what compiled code expects) makes them:
+
+    * ``offset2bag``, the bag of each index, always: the CPU kernel leaves it empty where the weight needs no
+      gradient, which on sim's host views (no autograd) is always, and the backward indexes with it;
+    * ``bag_size`` one entry per offset, so one more than the bags with ``include_last_offset`` (the CPU kernel's
+      has one per bag). That case runs as the bags' start offsets without the last, its documented equivalent
+      (the last offset is the number of indices)."""
+    starts = aten.slice.Tensor(offsets, 0, 0, offsets.numel() - 1) if include_last_offset else offsets
+    output, offset2bag, bag_size, max_indices = fallback(
+        op, weight, indices, starts, scale_grad_by_freq, mode, sparse, per_sample_weights, False, padding_idx)
+    count = indices.numel()
+    if count and offset2bag.numel() == count:
+        positions = aten.arange.start(0, count, dtype=starts.dtype, device=indices.device)
+        aten.copy_.default(offset2bag, aten.sub.Scalar(aten.searchsorted.Tensor(starts, positions, right=True), 1))
+    if include_last_offset:
+        per_offset = aten.new_zeros.default(bag_size, [offsets.numel()])
+        aten.copy_.default(aten.slice.Tensor(per_offset, 0, 0, starts.numel()), bag_size)
+        bag_size = per_offset
+    return output, offset2bag, bag_size, max_indices
 
 
 def _raw(t: Tensor) -> Tensor:

@@ -1119,9 +1119,11 @@ struct Kernel {
                   " tensors where ", outputs.size(), " were expected");
       for (size_t i = 0; i < results.size(); ++i) {
         if (!outputs[i].has_value() || !outputs[i]->defined() || !results[i].defined()) continue;
-        // An output the CPU kernel leaves empty where the meta kernel sizes it (batch norm's saved
-        // statistics in eval) is unused: the device's copy keeps the meta shape, uninitialised.
-        if (results[i].numel() == 0 && outputs[i]->numel() != 0) continue;
+        // An auxiliary output one side leaves empty is unused: the device's copy keeps the meta (CUDA)
+        // shape. The CPU kernel leaves batch norm's saved statistics empty in eval (the copy stays
+        // uninitialised); it fills embedding_bag's max_indices for sum and mean, which CUDA's and the meta
+        // kernel leave empty (the copy stays empty).
+        if ((results[i].numel() == 0) != (outputs[i]->numel() == 0)) continue;
         outputs[i]->copy_(results[i]);
       }
     }
