@@ -126,6 +126,45 @@ def test_embedding_bag_gives_the_cpus_values_and_gradients_and_cudas_bag_of_each
         assert aux[2].tolist()[:4] == [2, 0, 3, 2]
 
 
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("bias", [True, False])
+def test_recurrent_layers_run_their_fused_cells_with_the_cpus_numbers(synced, cls, bias):
+    """On a device other than the CPU, nn.LSTM and nn.GRU call the fused cells (_thnn_fused_lstm_cell ...), which
+    only CUDA has kernels for: sim computes them as CUDA's kernels do. float64, so that the CPU's other order of
+    additions (biases inside its linears) stays within 1e-12: packed sequences, 2 layers, both directions,
+    outputs, final states and every gradient."""
+    torch.manual_seed(0)
+    net = cls(7, 5, num_layers=2, bidirectional=True, batch_first=True, bias=bias).double()
+    twin = cls(7, 5, num_layers=2, bidirectional=True, batch_first=True, bias=bias).double()
+    twin.load_state_dict(net.state_dict())
+    twin.to("sim")
+    x, lengths = torch.randn(4, 6, 7, dtype=torch.float64), torch.tensor([6, 5, 3, 2])
+    results = []
+    for model, inputs in ((net, x), (twin, x.to("sim"))):
+        out, state = model(torch.nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True))
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        h = state[0] if isinstance(state, tuple) else state
+        (out.pow(2).sum() + h.sum()).backward()
+        results.append([out.detach().cpu(), h.detach().cpu(), *(p.grad.cpu() for p in model.parameters())])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
+def test_an_out_tensor_the_cpu_kernel_resizes_gets_the_result_on_the_device(synced):
+    """Ops without a meta kernel run synchronously on host views; where the CPU kernel resizes an out= tensor
+    (linalg_lstsq.out, called by torch.linalg.lstsq, grows its empty outs) the device tensor takes the result's
+    sizes and strides. It kept its old, empty size before: an empty solution, silently."""
+    a = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    b = torch.randn(5, 2, generator=torch.Generator().manual_seed(1))
+    expected, got = torch.linalg.lstsq(a, b), torch.linalg.lstsq(a.to("sim"), b.to("sim"))
+    for e, g in zip(expected, got):
+        assert g.device.type == "sim" and (g.shape, g.stride()) == (e.shape, e.stride())
+        assert torch.equal(g.cpu(), e)
+    out = torch.empty(0, device="sim")
+    torch.linalg.eigvalsh(torch.diag(torch.tensor([3.0, 1.0, 2.0])).to("sim"), out=out)
+    assert out.cpu().tolist() == [1.0, 2.0, 3.0]
+
+
 def test_data_dependent_ops_and_item(synced):
     x = torch.tensor([0.0, 2.0, 0.0, 3.0], device="sim")
     assert x.nonzero().device.type == "sim"

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from . import racecheck
+from . import _rnn, racecheck
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
@@ -293,6 +293,9 @@ class Fallback:
         h_kwargs = {k: _map(host, v) for k, v in kwargs.items()}
         if "pin_memory" in h_kwargs:
             h_kwargs["pin_memory"] = False
+        outs = [(h_kwargs[name], kwargs[name]) for name in _out_names(op)
+                if isinstance(kwargs.get(name), Tensor) and h_kwargs[name] is not kwargs[name]]
+        before = [_layout(view) for view, _ in outs]
         seeded = torch.Tag.nondeterministic_seeded in op.tags
         drawn: list[int] = []  # a random op's elements drawn, for the generator's offset
         drawing = (self.drawing_from_device(op, device, h_args, h_kwargs, drawn) if seeded
@@ -300,12 +303,24 @@ class Fallback:
         with drawing as (h_args, h_kwargs):
             result = op(*h_args, **h_kwargs)
             drawn.append(_largest((result, h_args, list(h_kwargs.values()))))
+        for (view, original), layout in zip(outs, before):
+            if _layout(view) != layout:
+                self.regrow(original, view, device)
         result = _map(lambda v: self.to_device(v, views, device), result)
         if racecheck.enabled:
             self.made(device, _op_name(op), result, checked)
             if self.runs_on_host(op) and not seeded:  # a GPU waits for these too (shapes or values for the host)
                 racecheck.learn(device, self.C.current_stream(device))
         return result
+
+    def regrow(self, original: Tensor, result: Tensor, device: int) -> None:
+        """An out= tensor the CPU kernel resized (linalg_lstsq.out grows its empty outs): its host view now holds
+        the result, in host memory. The device tensor takes the result's sizes and strides, in new device memory,
+        as a device kernel resizing its out would give it (else it kept its old size: an empty result)."""
+        fresh = torch.ops.aten.empty_strided(result.size(), result.stride(), dtype=result.dtype,
+                                             device=torch.device(self.device_type, device))
+        self.C.host_view(fresh).copy_(result)  # the stream is idle: this host write is in order
+        torch.ops.aten.set_.source_Tensor(original, fresh)
 
     def to_device(self, value: Any, views: dict, device: int, like: Tensor | None = None) -> Any:
         if not isinstance(value, Tensor):
@@ -515,9 +530,18 @@ def _outgrown(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict[str,
     (mse_loss.out grows its 0-dim out to the elementwise shape, then reduces), and host views cannot grow.
     They get a scratch CPU out whose result is copied into device memory: a copy smaller than an input."""
     largest = max((t.numel() for t in _leaves((args, list(kwargs.values())), []) if t is not None), default=0)
-    outs = {a.name for a in op._schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
+    outs = set(_out_names(op))
     return {name: value for name, value in kwargs.items()
             if name in outs and isinstance(value, Tensor) and value.numel() < largest}
+
+
+def _out_names(op: torch._ops.OpOverload) -> list[str]:
+    """The op's out= arguments: keyword-only, written."""
+    return [a.name for a in op._schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+
+
+def _layout(t: Tensor) -> tuple:
+    return t.data_ptr(), t.size(), t.stride(), t.storage_offset()
 
 
 def _op_name(op: torch._ops.OpOverload) -> str:
@@ -559,6 +583,8 @@ def register(C: Any, device_type: str) -> list[torch.library.Library]:
         lazy_bits.impl("_copy_from", _copy_from_with_lazy_bits, key)
     for name in ("_embedding_bag", "_embedding_bag_forward_only"):
         overrideable.impl(name, functools.partial(_embedding_bag, fallback, getattr(aten, name).default), "PrivateUse1")
+    for name, kernel in _rnn.KERNELS.items():  # nn.LSTM / nn.GRU's fused cells: CUDA kernels, none for the CPU
+        overrideable.impl(name, kernel, "PrivateUse1")
     return [everything, overrideable, lazy_bits]
 
 
