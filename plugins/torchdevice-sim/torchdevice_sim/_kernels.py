@@ -589,7 +589,7 @@ def cpu_kernels_shadowed() -> list[str]:
     The dispatcher prefers a composite kernel to a backend fallback, so without a kernel of sim's
     these would run their generic decomposition, not the CPU's kernel: other numbers, and layouts the
     decomposition refuses (``math_group_norm`` views a channels_last input, which fails;
-    ``math_silu_backward`` rounds each of its four steps to the dtype, where the CPU's and CUDA's
+    ``math_silu_backward`` rounds each of its steps to the dtype, where the CPU's and CUDA's
     kernels compute in float and round once: in bfloat16 gradients up to 0.03 apart). A GPU has its
     own kernel there; sim's is the CPU's, through the fallback."""
     found = []
