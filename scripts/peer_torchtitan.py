@@ -14,11 +14,13 @@ of ``CONFIGS``, three ways:
 
 Every run starts from one seed checkpoint made natively on the CPU (torchtitan initializes the weights on the
 device, from the device's generator). Every translated run's losses (and gradient norms), as torchtitan logs
-them per step, must equal the native run's step for step. Exit status 1 on any difference or failed run; a table
-is printed. One command::
+them per step, must equal the native run's step for step. ``--bitwise`` compares bits too: every side runs
+the trainer through ``scripts/peer/torchtitan/peer_torchtitan_digests.py``, which records a digest of every
+parameter and gradient at each step (torchtitan's log shows 5 decimals). Exit status 1 on any difference or
+failed run; a table is printed. One command::
 
     python scripts/peer_torchtitan.py --assets TORCHTITAN_CHECKOUT/tests/assets [--configs ddp,fsdp,...]
-                                      [--backends cpu,sim] [--workdir .peer/torchtitan] [--current-env]
+                                      [--backends cpu,sim] [--bitwise] [--workdir .peer/torchtitan] [--current-env]
 
 ``--assets`` is torchtitan's ``tests/assets`` (``tokenizer/`` and ``c4_test/data.json``; neither the
 wheel nor the sdist ships them: ``git clone --branch v0.2.2 https://github.com/pytorch/torchtitan``).
@@ -42,6 +44,10 @@ from pathlib import Path
 
 VERSION = "0.2.2"
 ROOT = Path(__file__).resolve().parents[1]
+# --bitwise: the trainer run through this folder's module, which records digests of the tensors at each step
+DIGESTS = ROOT / "scripts" / "peer" / "torchtitan"
+DIGESTS_MODULE = "peer_torchtitan_digests"
+DIGESTS_VARIABLE = "PEER_TORCHTITAN_DIGESTS"
 STEPS = 10
 # The debug model (dim 256, 6 layers, vocab 2048) on the shortest inputs, seeded; colour codes off.
 COMMON = ["--model.name", "llama3", "--model.flavor", "debugmodel", "--training.steps", str(STEPS),
@@ -146,6 +152,24 @@ def compare(native: list[tuple[int, str, str]], translated: list[tuple[int, str,
     return None
 
 
+def compare_digests(native: list[dict], translated: list[dict], steps: list[int]) -> str | None:
+    """None when every recorded step's parameters, gradients and norm are bit-equal; else the first difference."""
+    if not native:
+        return "the native run recorded no tensors: nothing to compare"
+    if len(native) != len(translated):
+        return f"{len(translated)} steps' tensors recorded, native {len(native)}"
+    for step, ours, theirs in zip(steps, native, translated):
+        for key in ("params", "grads"):
+            if len(ours[key]) != len(theirs[key]):
+                return f"step {step}: {len(theirs[key])} {key} recorded, native {len(ours[key])}"
+            unequal = [i for i, (a, b) in enumerate(zip(ours[key], theirs[key])) if a != b]
+            if unequal:
+                return f"step {step}: {len(unequal)} of {len(ours[key])} {key} not bit-equal (the first: #{unequal[0]})"
+        if ours["norm"] != theirs["norm"]:
+            return f"step {step}: the gradient norm is not bit-equal"
+    return None
+
+
 def write_synthetic_c4(folder: Path, documents: int = 400, seed: int = 0) -> None:
     """c4_test's layout (``data.json``: one ``{"text": ...}`` a line) with seeded words, for runs without it."""
     rng = random.Random(seed)
@@ -206,19 +230,24 @@ def native_tree(python: str, workdir: Path) -> Path:
     return tree
 
 
-def command(python: str, side: str, nproc: int, args: list[str]) -> list[str]:
-    """torchrun over torchtitan's trainer: natively, or through ``torchdevice run`` (the backend in env)."""
+def command(python: str, side: str, nproc: int, args: list[str], module: str = "torchtitan.train") -> list[str]:
+    """torchrun over torchtitan's trainer (``module``): natively, or through ``torchdevice run`` (the backend in env)."""
     launch = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
               "--local-ranks-filter", "0"]
-    trainer = ["-m", "torchtitan.train"] if side == "native" else ["-m", "torchdevice", "run", "-m", "torchtitan.train"]
+    trainer = ["-m", module] if side == "native" else ["-m", "torchdevice", "run", "-m", module]
     return [*launch, *trainer, *args]
 
 
-def environment(side: str, native: Path, nproc: int) -> dict[str, str]:
+def environment(side: str, native: Path, nproc: int, digests: Path | None = None) -> dict[str, str]:
+    """The run's environment; with ``digests`` (--bitwise) the digest module is importable and writes there."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_") and k != "PYTHONPATH"}
-    if side == "native":
-        env["PYTHONPATH"] = str(native)
-    else:
+    paths = [str(native)] if side == "native" else []
+    if digests is not None:
+        paths.append(str(DIGESTS))
+        env[DIGESTS_VARIABLE] = str(digests)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    if side != "native":
         env["TORCHDEVICE_BACKEND"] = side
     if side == "sim":  # a simulated machine with a device per rank, as a GPU node has (sim's default is 2)
         env["TORCHDEVICE_SIM_DEVICES"] = str(nproc)
@@ -237,6 +266,7 @@ class Outcome:
     losses: list[tuple[int, str, str]]
     seconds: float
     error: str | None = None
+    digests: list[dict] = field(default_factory=list)  # --bitwise: one record a step (peer_torchtitan_digests)
 
 
 # torchtitan initializes the weights on the device (from its generator: sim's is CUDA's Philox, not the CPU's
@@ -254,8 +284,9 @@ def seed_checkpoint(python: str, workdir: Path, native: Path, assets: Path, time
 
 
 def run(python: str, side: str, name: str, config: Config, workdir: Path, native: Path, assets: Path,
-        timeout: float, start_from: list[str] | None = None) -> Outcome:
-    """One configuration on one side; a resuming configuration runs twice and reports both runs' steps."""
+        timeout: float, start_from: list[str] | None = None, bitwise: bool = False) -> Outcome:
+    """One configuration on one side; a resuming configuration runs twice and reports both runs' steps (and
+    with ``bitwise`` their tensors' digests)."""
     dump = workdir / "runs" / f"{name}-{side}"
     if dump.exists():
         shutil.rmtree(dump)
@@ -263,21 +294,27 @@ def run(python: str, side: str, name: str, config: Config, workdir: Path, native
              "--training.dataset_path", str(assets / "c4_test"), *(start_from or [])]
     start = time.perf_counter()
     losses: list[tuple[int, str, str]] = []
+    digests: list[dict] = []
+    module = DIGESTS_MODULE if bitwise else "torchtitan.train"
     for part, args in enumerate([config.args, config.resume] if config.resume else [config.args]):
-        done = subprocess.run(command(python, side, config.nproc, [*COMMON, *paths, *args]), cwd=workdir,
-                              env=environment(side, native, config.nproc), capture_output=True, text=True, timeout=timeout)
+        record = dump / f"digests{part}.jsonl" if bitwise else None
         dump.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(command(python, side, config.nproc, [*COMMON, *paths, *args], module), cwd=workdir,
+                              env=environment(side, native, config.nproc, record), capture_output=True, text=True,
+                              timeout=timeout)
         (dump / f"run{part}.out").write_text(done.stdout)
         (dump / f"run{part}.err").write_text(done.stderr)
         if done.returncode != 0:
             return Outcome(losses, time.perf_counter() - start,
                            f"exit {done.returncode}: {failure(done.stdout + done.stderr)}")
         losses += parse_losses(done.stdout + done.stderr)
-    return Outcome(losses, time.perf_counter() - start)
+        if record is not None and record.exists():
+            digests += [json.loads(line) for line in record.read_text().splitlines()]
+    return Outcome(losses, time.perf_counter() - start, digests=digests)
 
 
-def cell(outcome: Outcome, native: Outcome | None) -> tuple[str, bool]:
-    """The table's text for one run, and whether it passes."""
+def cell(outcome: Outcome, native: Outcome | None, bitwise: bool = False) -> tuple[str, bool]:
+    """The table's text for one run, and whether it passes (``bitwise``: its tensors' digests compared too)."""
     if outcome.error:
         return f"failed ({outcome.error})", False
     if native is None:  # the native column itself
@@ -287,10 +324,13 @@ def cell(outcome: Outcome, native: Outcome | None) -> tuple[str, bool]:
     if native.error:
         return "not compared (native failed)", False
     differ = compare(native.losses, outcome.losses)
-    return ("equal" if differ is None else f"differs: {differ}"), differ is None
+    if differ is None and bitwise:
+        differ = compare_digests(native.digests, outcome.digests, [step for step, _, _ in native.losses])
+    equal = f"equal, bitwise ({len(outcome.digests)} steps' parameters and gradients)" if bitwise else "equal"
+    return (equal if differ is None else f"differs: {differ}"), differ is None
 
 
-def table(results: dict[str, dict[str, Outcome]], backends: list[str]) -> tuple[str, bool]:
+def table(results: dict[str, dict[str, Outcome]], backends: list[str], bitwise: bool = False) -> tuple[str, bool]:
     """A markdown table (configuration x side, with each run's seconds) and whether every cell passes."""
     lines = ["| config | native | " + " | ".join(backends) + " |", "|---|---|" + "---|" * len(backends)]
     passed = True
@@ -301,7 +341,7 @@ def table(results: dict[str, dict[str, Outcome]], backends: list[str]) -> tuple[
                 cells.append("not run")
                 passed = False
                 continue
-            text, ok = cell(sides[side], None if side == "native" else sides.get("native"))
+            text, ok = cell(sides[side], None if side == "native" else sides.get("native"), bitwise)
             passed &= ok
             cells.append(f"{text}, {sides[side].seconds:.0f} s")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -314,6 +354,8 @@ def main() -> int:
     parser.add_argument("--synthetic-data", action="store_true", help="a seeded stand-in for c4_test")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
     parser.add_argument("--backends", default="cpu,sim")
+    parser.add_argument("--bitwise", action="store_true",
+                        help="compare every step's parameters and gradients bit for bit, not only the logged losses")
     parser.add_argument("--workdir", type=Path, default=ROOT / ".peer" / "torchtitan")
     parser.add_argument("--current-env", action="store_true", help="install torchtitan into this interpreter's env")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per torchrun")
@@ -333,11 +375,12 @@ def main() -> int:
     for name in args.configs.split(","):
         results[name] = {}
         for side in ["native", *backends]:  # one at a time: each is a multi-process run
-            outcome = run(python, side, name, CONFIGS[name], workdir, native, assets, args.timeout, start_from)
+            outcome = run(python, side, name, CONFIGS[name], workdir, native, assets, args.timeout, start_from,
+                          args.bitwise)
             results[name][side] = outcome
             print(f"{name} {side}: {len(outcome.losses)} steps in {outcome.seconds:.0f} s"
                   + (f"; {outcome.error}" if outcome.error else ""), flush=True)
-    text, passed = table(results, backends)
+    text, passed = table(results, backends, args.bitwise)
     print(text)
     print(f"whole peer run: {time.perf_counter() - start:.0f} s; logs in {workdir / 'runs'}")
     return 0 if passed else 1

@@ -156,3 +156,89 @@ def test_every_run_starts_from_one_seed_checkpoint_made_natively_by_one_process(
     monkeypatch.setattr(peer.subprocess, "run", lambda argv, **kwargs: subprocess.CompletedProcess(argv, 1, "", "E\n"))
     with pytest.raises(SystemExit, match="the seed checkpoint failed: exit 1"):
         peer.seed_checkpoint("py", tmp_path, tmp_path, tmp_path, 10)
+
+
+def test_bitwise_digests_compare_every_steps_parameters_gradients_and_norm(peer):
+    step = {"params": ["p0", "p1"], "grads": ["g0", "g1"], "norm": "n"}
+    assert peer.compare_digests([step, step], [step, dict(step)], [1, 2]) is None
+    other = {**step, "grads": ["g0", "G1"]}
+    assert peer.compare_digests([step, step], [step, other], [6, 7]) == "step 7: 1 of 2 grads not bit-equal (the first: #1)"
+    assert peer.compare_digests([step], [{**step, "grads": ["g0"]}], [1]) == "step 1: 1 grads recorded, native 2"
+    assert "params not bit-equal" in peer.compare_digests([step], [{**step, "params": ["P0", "p1"]}], [1])
+    assert "norm is not bit-equal" in peer.compare_digests([step], [{**step, "norm": "m"}], [1])
+    assert peer.compare_digests([step, step], [step], [1, 2]) == "1 steps' tensors recorded, native 2"
+    assert "nothing to compare" in peer.compare_digests([], [], [])
+
+
+def test_bitwise_cells_pass_only_when_the_losses_and_the_digests_are_equal(peer):
+    step = {"params": ["p"], "grads": ["g"], "norm": "n"}
+    native = peer.Outcome([(1, "8.1", "0.6")], 3.0, digests=[step])
+    same = peer.Outcome([(1, "8.1", "0.6")], 3.0, digests=[dict(step)])
+    assert peer.cell(same, native, bitwise=True) == ("equal, bitwise (1 steps' parameters and gradients)", True)
+    apart = peer.Outcome([(1, "8.1", "0.6")], 3.0, digests=[{**step, "grads": ["h"]}])
+    text, ok = peer.cell(apart, native, bitwise=True)
+    assert not ok and "step 1: 1 of 1 grads not bit-equal" in text
+    assert peer.cell(apart, native) == ("equal", True)  # without --bitwise only the logged values count
+    unrecorded = peer.Outcome([(1, "8.1", "0.6")], 3.0)
+    assert peer.table({"ddp": {"native": unrecorded, "sim": unrecorded}}, ["sim"], bitwise=True)[1] is False
+
+
+def test_bitwise_runs_every_side_through_the_digest_module(peer, tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append((argv, kwargs["env"]))
+        Path(kwargs["env"][peer.DIGESTS_VARIABLE]).write_text('{"params": [], "grads": [], "norm": "n"}\n')
+        return subprocess.CompletedProcess(argv, 0, "step: 1  loss:  1.00000  grad_norm:  0.5000\n", "")
+
+    monkeypatch.setattr(peer.subprocess, "run", fake_run)
+    for side in ("native", "sim"):
+        outcome = peer.run("py", side, "checkpoint", peer.CONFIGS["checkpoint"], tmp_path, tmp_path / "native",
+                           tmp_path, 10, bitwise=True)
+        assert outcome.digests == [{"params": [], "grads": [], "norm": "n"}] * 2  # the saving run's, the resumed one's
+    (native, native_env), _, (sim, sim_env), _ = calls
+    assert native[native.index(peer.DIGESTS_MODULE) - 1] == "-m" and "torchdevice" not in native
+    assert "torchtitan.train" not in native + sim
+    assert sim[sim.index("run") - 2:sim.index("run") + 3] == ["-m", "torchdevice", "run", "-m", peer.DIGESTS_MODULE]
+    assert native_env["PYTHONPATH"].split(":") == [str(tmp_path / "native"), str(peer.DIGESTS)]
+    assert sim_env["PYTHONPATH"] == str(peer.DIGESTS)
+    assert (peer.DIGESTS / f"{peer.DIGESTS_MODULE}.py").is_file()
+
+
+@pytest.fixture(scope="module")
+def digests_module():
+    spec = importlib.util.spec_from_file_location("peer_torchtitan_digests",
+                                                  SCRIPT.parent / "peer" / "torchtitan" / "peer_torchtitan_digests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_digest_tells_apart_one_ulp_a_dtype_and_a_shape(digests_module):
+    import torch
+
+    x = torch.randn(16, generator=torch.Generator().manual_seed(0))
+    digest = digests_module.digest
+    assert digest(x) == digest(x.clone()) and digest(None) is None
+    assert digest(x) != digest(torch.nextafter(x, x + 1))  # every element one ulp up
+    assert digest(x) != digest(x.view(4, 4)) and digest(x) != digest(x.double())
+    assert digest(x.bfloat16()) != digest(x.half()) and digest(x.sum()) == digest(x.sum().clone())  # 0-dim too
+
+
+def test_the_observed_clip_records_each_step_on_rank_0_only_and_returns_the_norm(digests_module, tmp_path):
+    import torch
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    weight.grad = torch.full((3,), 2.0)
+    clip = lambda parameters, max_norm: torch.nn.utils.clip_grad_norm_(parameters, max_norm)  # noqa: E731
+    path = tmp_path / "digests.jsonl"
+    observed = digests_module.observed(clip, str(path), 0)
+    norm = observed(iter([weight]), 1.0)
+    clipped = weight.grad.clone()
+    observed([weight], 1.0)
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert norm.item() == pytest.approx(12 ** 0.5) and first["norm"] == digests_module.digest(norm)
+    assert first["grads"] == [digests_module.digest(torch.full((3,), 2.0))]  # before clipping
+    assert second["grads"] == [digests_module.digest(clipped)] != first["grads"]  # clipped by the first call
+    digests_module.observed(clip, str(tmp_path / "rank1.jsonl"), 1)([weight], 1.0)
+    assert not (tmp_path / "rank1.jsonl").exists()

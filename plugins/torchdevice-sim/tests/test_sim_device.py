@@ -590,13 +590,19 @@ _CPU_KERNEL_CASES = {
     "layer_norm channels_last": lambda x: torch.nn.functional.layer_norm(x.to(memory_format=torch.channels_last), [4, 4]),
     "addr": lambda x: torch.addr(x[0, 0], x[0, 1, 0], x[0, 2, 0]),
     "all over dims": lambda x: x * (x > -1).all(dim=(1, 2)).float()[:, None, None],
+    # CompositeImplicitAutograd beside the CPU kernel: the decomposition rounds each step (llama's SwiGLU under
+    # bf16 autocast gave torchtitan's data-parallel runs other gradients on sim)
+    "silu bfloat16": lambda x: torch.nn.functional.silu(x.bfloat16()),
+    "silu": torch.nn.functional.silu,
+    "mish": torch.nn.functional.mish,
 }
 
 
 @pytest.mark.parametrize("case", sorted(_CPU_KERNEL_CASES))
 def test_ops_with_a_cpu_kernel_and_a_composite_one_run_the_cpus_forward_and_backward(synced, case):
-    """The dispatcher prefers an op's CompositeExplicitAutograd kernel to sim's fallback: without sim's
-    own kernel group_norm ran its decomposition, which refuses channels_last, and layer_norm gave other numbers."""
+    """The dispatcher prefers an op's composite kernel to sim's fallback: without sim's own kernel group_norm ran
+    its decomposition, which refuses channels_last, layer_norm gave other numbers, and so did silu's and mish's
+    backward (CompositeImplicitAutograd)."""
     fn = _CPU_KERNEL_CASES[case]
     x = torch.randn(2, 8, 4, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
     twin = x.detach().to("sim").requires_grad_()

@@ -632,14 +632,20 @@ def _copy_from_with_lazy_bits(src: Tensor, dst: Tensor, non_blocking: bool = Fal
     return dst
 
 
+_COMPOSITES = ("CompositeExplicitAutograd", "CompositeImplicitAutograd")
+
+
 def cpu_kernels_shadowed() -> list[str]:
-    """The aten ops with a CPU kernel of their own beside a CompositeExplicitAutograd one, and no
-    PrivateUse1 kernel (``native_group_norm``, ``native_layer_norm``, ``addr``, ``all.dims`` ...).
+    """The aten ops with a CPU kernel of their own beside a composite one (explicit or implicit autograd),
+    and no PrivateUse1 kernel (``native_group_norm``, ``native_layer_norm``, ``addr``, ``all.dims``,
+    ``silu_backward``, ``mish_backward`` ...).
 
     The dispatcher prefers a composite kernel to a backend fallback, so without a kernel of sim's
     these would run their generic decomposition, not the CPU's kernel: other numbers, and layouts the
-    decomposition refuses (``math_group_norm`` views a channels_last input, which fails). A GPU
-    has its own kernel there; sim's is the CPU's, through the fallback."""
+    decomposition refuses (``math_group_norm`` views a channels_last input, which fails;
+    ``math_silu_backward`` rounds each of its steps to the dtype, where the CPU's and CUDA's
+    kernels compute in float and round once: in bfloat16 gradients up to 0.03 apart). A GPU has its
+    own kernel there; sim's is the CPU's, through the fallback."""
     found = []
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
@@ -647,7 +653,7 @@ def cpu_kernels_shadowed() -> list[str]:
         qualified = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
         has = functools.partial(torch._C._dispatch_has_kernel_for_dispatch_key, qualified)
         try:
-            shadowed = has("CPU") and has("CompositeExplicitAutograd") and not has("PrivateUse1")
+            shadowed = has("CPU") and any(map(has, _COMPOSITES)) and not has("PrivateUse1")
         except RuntimeError:  # a JIT-only builtin schema (aten::has_torch_function ...): no dispatcher entry
             continue
         if shadowed:
