@@ -184,3 +184,59 @@ def test_a_pointwise_ops_scalar_changes_its_numbers_not_its_plan(synced):
         assert torch.equal(torch.add(x, x, alpha=value).cpu(), torch.add(a, a, alpha=value))
     for end in (5, 7, 3):
         assert torch.equal(torch.arange(end, device="sim").cpu(), torch.arange(end))
+
+
+def _adam_like_step(params: list[torch.Tensor], grads: list[torch.Tensor], avg: list[torch.Tensor], step: int) -> list:
+    """Adam's foreach ops (torch.optim.Adam on an accelerator), with the step's Scalar[] bias corrections."""
+    torch._foreach_lerp_(avg, grads, 0.1)
+    torch._foreach_mul_(params, 0.99)
+    denom = torch._foreach_sqrt(avg)  # a fresh list
+    torch._foreach_add_(denom, 1e-8)
+    torch._foreach_addcdiv_(params, grads, denom, [-0.001 / (1 - 0.9**step)] * len(params))
+    return denom
+
+
+def test_foreach_ops_run_whole_on_the_fast_path_with_the_cpus_numbers(synced):
+    """A foreach op is one launch (its composite kernel would make one per tensor), and gives the CPU's
+    numbers; its Scalar[] values change every step and still reach the kernel."""
+    torch.manual_seed(0)
+    cpu = [[torch.rand(5, 3), torch.rand(7)] for _ in range(3)]  # params, grads, averages (sqrt: not negative)
+    sim = [[t.to("sim") for t in ts] for ts in cpu]
+    seen, stop = _python_fallback_calls()
+    results = []
+    try:
+        for step in (1, 2, 3):
+            results.append((list(_adam_like_step(*cpu, step)), list(_adam_like_step(*sim, step))))
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+    for expected, got in [*results, (cpu[0] + cpu[2], sim[0] + sim[2])]:
+        for e, g in zip(expected, got, strict=True):
+            assert g.device.type == "sim" and g.stride() == e.stride() and torch.equal(g.cpu(), e)
+    for name in ("_foreach_lerp_.Scalar", "_foreach_addcdiv_.ScalarList", "_foreach_sqrt"):  # sim's own kernel
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "PrivateUse1"), name
+
+
+def test_foreach_ops_over_two_devices_run_per_tensor(synced):
+    """A list spanning both sim devices is no single launch: the composite loop runs each tensor's op on its
+    own device, as before (CUDA's foreach kernels fall back to that loop too)."""
+    if synced.device_count() < 2:
+        pytest.skip("needs two sim devices")
+    a, b = torch.ones(4, device="sim:0"), torch.ones(4, device="sim:1")
+    torch._foreach_add_([a, b], 2.0)
+    assert torch.equal(a.cpu(), torch.full((4,), 3.0)) and torch.equal(b.cpu(), torch.full((4,), 3.0))
+    assert [t.device.index for t in torch._foreach_sqrt([a, b])] == [0, 1]
+
+
+def test_foreach_ops_report_races_to_the_checker(synced):
+    """With the race checker on, a foreach op's per-tensor kernels are checked as before."""
+    was = torchdevice_sim.set_racecheck(True)
+    try:
+        x = torch.zeros(100, device="sim")
+        x.add_(1)
+        side = synced.Stream()
+        with synced.stream(side), pytest.raises(SimRaceError, match="write-after-write|read-after-write"):
+            torch._foreach_add_([x], 2.0)
+    finally:
+        torchdevice_sim.set_racecheck(was)
+        synced.synchronize()

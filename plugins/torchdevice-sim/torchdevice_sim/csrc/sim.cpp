@@ -1175,29 +1175,45 @@ std::atomic<bool> g_fast{true};
 constexpr c10::DispatchKey kPythonFallbackKey = c10::DispatchKey::PrivateUse2;
 
 // What the fast path knows of an op's schema: whether it may take the op at all, and for each return the
-// argument it is written into (in-place and out= ops: Tensor(a!) arguments), or -1 for a fresh tensor.
+// argument it is written into (in-place and out= ops: Tensor(a!) arguments), -1 for a fresh tensor, or
+// kFreshList for a fresh Tensor[] (a foreach op's only return).
+constexpr int kFreshList = -2;
+
 struct FastSchema {
   bool ok = false;
+  bool foreach = false;  // a _foreach_ op: taken whole (one kernel for its lists), Scalars signed by kind
   std::vector<int> sources;
 };
+
+bool is_tensor_list(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::ListType && type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType;
+}
 
 FastSchema fast_schema(const c10::OperatorHandle& op) {
   static const std::unordered_set<std::string> python_only = {
       "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_", "aten::_local_scalar_dense",
-      "aten::record_stream"};
+      "aten::record_stream", "aten::_foreach_copy_"};
   const auto& schema = op.schema();
   FastSchema out;
-  if (python_only.count(schema.name()) || schema.returns().empty()) return out;
+  out.foreach = schema.name().rfind("aten::_foreach_", 0) == 0;
+  if (python_only.count(schema.name()) || (schema.returns().empty() && !out.foreach)) return out;
   for (auto tag : {at::Tag::dynamic_output_shape, at::Tag::data_dependent_output, at::Tag::nondeterministic_seeded}) {
     if (op.hasTag(tag)) return out;
   }
   const auto& arguments = schema.arguments();
-  for (const auto& a : arguments) {  // written single tensors only: no views, no written lists
-    if (a.alias_info() != nullptr && (!a.alias_info()->isWrite() || a.type()->kind() != c10::TypeKind::TensorType)) {
-      return out;
-    }
+  bool writes = false;
+  for (const auto& a : arguments) {  // written single tensors only (a foreach op's written lists aside): no views
+    if (a.alias_info() == nullptr) continue;
+    const bool list = out.foreach && is_tensor_list(a.type());
+    if (!a.alias_info()->isWrite() || (a.type()->kind() != c10::TypeKind::TensorType && !list)) return out;
+    writes = true;
   }
+  if (schema.returns().empty() && !writes) return out;  // a foreach op returning nothing writes its lists
   for (const auto& r : schema.returns()) {
+    if (out.foreach && is_tensor_list(r.type()) && r.alias_info() == nullptr && schema.returns().size() == 1) {
+      out.sources.push_back(kFreshList);
+      continue;
+    }
     if (r.type()->kind() != c10::TypeKind::TensorType) return out;
     int source = -1;
     if (r.alias_info() != nullptr) {
@@ -1230,6 +1246,11 @@ void refuse_fast(const c10::OperatorHandle& op) {
 
 bool is_sim(const at::Tensor& t) { return t.defined() && t.device().type() == kSim; }
 
+// A number's kind (1 float, 2 int, 3 complex, 4 bool), 0 for anything else.
+int64_t number_kind(const c10::IValue& v) {
+  return v.isDouble() ? 1 : v.isInt() ? 2 : v.isComplexDouble() ? 3 : v.isBool() ? 4 : 0;
+}
+
 // The device of the call's sim tensors where the fast path can take it, else -1: every tensor on one
 // sim device or a CPU scalar (as the Python path's device discipline allows), no device or generator.
 int fast_device(c10::ArrayRef<c10::IValue> args) {
@@ -1248,9 +1269,9 @@ int fast_device(c10::ArrayRef<c10::IValue> args) {
     if (v.isTensor()) {
       take(v.toTensor());
     } else if (v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) {
-      for (const c10::IValue& e : v.toListRef()) {
+      for (const c10::IValue& e : v.toListRef()) {  // tensors, Nones, or numbers (a Scalar[])
         if (e.isTensor()) take(e.toTensor());
-        else ok = ok && e.isNone();
+        else ok = ok && (e.isNone() || number_kind(e) != 0);
       }
     } else {
       ok = ok && !v.isDevice() && !v.isGenerator() && !v.isObject() && !v.isCapsule();
@@ -1312,7 +1333,7 @@ using Plan = std::vector<OutputMeta>;
 
 constexpr size_t kPlans = 8192;  // plans kept; emptied when full (Python's _PLANS)
 std::mutex g_plans_mu;
-std::unordered_map<Signature, Plan, SignatureHash> g_plans;
+std::unordered_map<Signature, std::shared_ptr<const Plan>, SignatureHash> g_plans;
 
 void sign_tensor(const at::Tensor& t, Signature& out) {
   if (!t.defined()) {
@@ -1367,29 +1388,41 @@ bool sign(const c10::IValue& v, Signature& out) {
 
 // A pointwise op's outputs follow from its tensors alone: a Scalar argument counts by its kind (int,
 // float, complex, bool), not its value -- an optimizer's step sizes change every step, and a plan per
-// value would fill the cache with Meta kernel runs.
-bool sign_pointwise_scalar(const c10::Argument& argument, const c10::IValue& v, Signature& out) {
+// value would fill the cache with Meta kernel runs. A foreach op's Scalar[] (Adam's bias corrections)
+// counts by its length and kinds.
+bool sign_scalar_by_kind(const c10::Argument& argument, const c10::IValue& v, Signature& out) {
   auto type = argument.type();
   if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
-  if (type->kind() != c10::TypeKind::NumberType || !(v.isDouble() || v.isInt() || v.isComplexDouble() || v.isBool())) {
+  if (type->kind() == c10::TypeKind::NumberType && number_kind(v) != 0) {
+    out.insert(out.end(), {9, number_kind(v)});
+    return true;
+  }
+  if (type->kind() != c10::TypeKind::ListType || !v.isList() ||
+      type->castRaw<c10::ListType>()->getElementType()->kind() != c10::TypeKind::NumberType) {
     return false;
   }
-  out.insert(out.end(), {9, v.isDouble() ? 1 : v.isInt() ? 2 : v.isComplexDouble() ? 3 : 4});
+  const auto& items = v.toListRef();
+  out.insert(out.end(), {10, static_cast<int64_t>(items.size())});
+  for (const c10::IValue& e : items) {
+    if (number_kind(e) == 0) return false;
+    out.push_back(number_kind(e));
+  }
   return true;
 }
 
-std::optional<Signature> signature_of(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  Signature key;
-  key.reserve(64);
+// The call's signature, built in `key` (a buffer reused per thread: no allocation per call); false where
+// an argument is of a kind not described (that call is not cached).
+bool signature_of(const c10::OperatorHandle& op, bool foreach, c10::ArrayRef<c10::IValue> args, Signature& key) {
+  key.clear();
   key.push_back(static_cast<int64_t>(std::hash<c10::OperatorHandle>{}(op)));
   key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
-  const bool pointwise = op.hasTag(at::Tag::pointwise);
+  const bool by_kind = foreach || op.hasTag(at::Tag::pointwise);
   const auto& arguments = op.schema().arguments();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (pointwise && i < arguments.size() && sign_pointwise_scalar(arguments[i], args[i], key)) continue;
-    if (!sign(args[i], key)) return std::nullopt;
+    if (by_kind && i < arguments.size() && sign_scalar_by_kind(arguments[i], args[i], key)) continue;
+    if (!sign(args[i], key)) return false;
   }
-  return key;
+  return true;
 }
 
 // The op's outputs as its Meta kernel shapes them, or nothing where it cannot (no Meta kernel: the op is
@@ -1408,28 +1441,34 @@ std::optional<std::vector<at::Tensor>> meta_outputs(const c10::OperatorHandle& o
   }
   std::vector<at::Tensor> out;
   for (const auto& v : meta) {
+    if (v.isTensorList()) {  // a foreach op's fresh list
+      for (const at::Tensor& t : v.toTensorVector()) out.push_back(t);
+      continue;
+    }
     if (!v.isTensor() || !v.toTensor().defined()) return std::nullopt;
     out.push_back(v.toTensor());
   }
   return out;
 }
 
-// The call's outputs' metadata: the plan kept for its signature, else its Meta kernel's (then kept).
-std::optional<Plan> plan_of(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  auto key = signature_of(op, args);
-  if (key) {
+// The call's outputs' metadata: the plan kept for its signature, else its Meta kernel's (then kept). Plans
+// are shared, never changed once made: a caller keeps its plan while the cache is emptied.
+std::shared_ptr<const Plan> plan_of(const c10::OperatorHandle& op, bool foreach, c10::ArrayRef<c10::IValue> args) {
+  thread_local Signature key;
+  const bool keyed = signature_of(op, foreach, args, key);
+  if (keyed) {
     std::lock_guard<std::mutex> lock(g_plans_mu);
-    auto it = g_plans.find(*key);
+    auto it = g_plans.find(key);
     if (it != g_plans.end()) return it->second;
   }
   auto metas = meta_outputs(op, args);
-  if (!metas) return std::nullopt;
-  Plan plan;
-  for (const auto& m : *metas) plan.push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
-  if (key) {
+  if (!metas) return nullptr;
+  auto plan = std::make_shared<Plan>();
+  for (const auto& m : *metas) plan->push_back({m.sizes().vec(), m.strides().vec(), m.scalar_type()});
+  if (keyed) {
     std::lock_guard<std::mutex> lock(g_plans_mu);
     if (g_plans.size() >= kPlans) g_plans.clear();
-    g_plans.emplace(std::move(*key), plan);
+    g_plans.emplace(key, plan);
   }
   return plan;
 }
@@ -1457,9 +1496,10 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int device = fast_device(args);
   if (device < 0) return false;
   at::AutoDispatchBelowADInplaceOrView below;
-  auto plan = plan_of(op, args);
-  if (!plan || plan->size() != how.sources.size()) return false;
-  for (size_t i = 0; i < plan->size(); ++i) {  // a written tensor the op would resize: Python resizes it first
+  const auto plan = plan_of(op, how.foreach, args);
+  const bool fresh_list = how.sources.size() == 1 && how.sources[0] == kFreshList;
+  if (!plan || (plan->size() != how.sources.size() && !fresh_list)) return false;
+  for (size_t i = 0; i < how.sources.size(); ++i) {  // a written tensor the op would resize: Python resizes it first
     const int source = how.sources[i];
     if (source >= 0 && (!is_sim(args[source].toTensor()) || args[source].toTensor().sizes() != (*plan)[i].sizes)) return false;
   }
@@ -1467,21 +1507,29 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   host->reserve(nargs);
   for (const auto& v : args) host->push_back(map_sim(v, host_view));
   const c10::Device where(kSim, static_cast<c10::DeviceIndex>(device));
-  std::vector<at::Tensor> results;
+  std::vector<c10::IValue> results;
   std::vector<std::optional<at::Tensor>> outputs;
   bool copied = false;
+  auto fresh = [&](const OutputMeta& m) {  // a device tensor for an output; the kernel's result is copied in
+    at::Tensor made = empty_strided(m.sizes, m.strides, m.dtype, std::nullopt, where, std::nullopt);
+    outputs.emplace_back(host_view(made));
+    copied = true;
+    return made;
+  };
+  if (fresh_list) {
+    c10::List<at::Tensor> made;
+    for (const auto& m : *plan) made.push_back(fresh(m));
+    results.emplace_back(std::move(made));
+  }
   const int64_t largest = largest_numel(args);
-  for (size_t i = 0; i < plan->size(); ++i) {
+  for (size_t i = 0; i < plan->size() && !fresh_list; ++i) {
     const int source = how.sources[i];
     if (source < 0) {
-      const auto& m = (*plan)[i];
-      results.push_back(empty_strided(m.sizes, m.strides, m.dtype, std::nullopt, where, std::nullopt));
-      outputs.emplace_back(host_view(results.back()));
-      copied = true;
+      results.emplace_back(fresh((*plan)[i]));
       continue;
     }
     const at::Tensor& written = args[source].toTensor();
-    results.push_back(written);
+    results.emplace_back(written);
     // An out= tensor smaller than an input gets a scratch CPU out, its result copied back (see _outgrown in
     // _kernels.py: CPU kernels may grow their out while they work, and host views cannot grow).
     if (arguments[source].kwarg_only() && written.numel() < largest) {
@@ -1503,11 +1551,40 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
   if (!fast_path(op, stack)) op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
 }
 
+// A foreach op (`_foreach_add_`, Adam's `_foreach_lerp_` ...) has a composite kernel that the dispatcher
+// prefers to a fallback: it loops over the lists calling the per-tensor op, each a launch of its own (six
+// for a six-parameter model). sim registers this kernel for them instead, as a GPU has its own: the fast
+// path takes the op whole (one launch running the CPU's foreach kernel on host views); a call it leaves
+// (devices mixed, the race checker on) runs the composite loop as before, its per-tensor ops taking their
+// usual paths. The CPU's entry for these ops is that composite kernel.
+void foreach_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  if (!fast_path(op, stack)) op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+}
+
+// The foreach ops whose only kernel is the composite one (no CPU kernel of their own, none for sim).
+std::vector<std::string> composite_foreach_ops() {
+  std::vector<std::string> found;
+  for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::_foreach_", 0) != 0 || name.name == "aten::_foreach_copy_") continue;
+    auto op = c10::Dispatcher::singleton().findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CPU) || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    found.push_back(name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name));
+  }
+  return found;
+}
+
 void install_fallback() {
   static torch::Library* library = nullptr;  // kept for the life of the process, as the registration
   if (library != nullptr) return;
   library = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   library->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  auto* foreach = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& name : composite_foreach_ops()) {
+    foreach->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
+  }
 }
 
 // -- race checking: the accesses ------------------------------------------------------------------------
