@@ -159,7 +159,7 @@ def test_an_out_tensor_the_cpu_kernel_resizes_gets_the_result_on_the_device(sync
     expected, got = torch.linalg.lstsq(a, b), torch.linalg.lstsq(a.to("sim"), b.to("sim"))
     for e, g in zip(expected, got):
         assert g.device.type == "sim" and (g.shape, g.stride()) == (e.shape, e.stride())
-        assert torch.equal(g.cpu(), e)
+        torch.testing.assert_close(g.cpu(), e)  # LAPACK's gelsy: not bit-reproducible run to run, even on the CPU
     out = torch.empty(0, device="sim")
     torch.linalg.eigvalsh(torch.diag(torch.tensor([3.0, 1.0, 2.0])).to("sim"), out=out)
     assert out.cpu().tolist() == [1.0, 2.0, 3.0]
