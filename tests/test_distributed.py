@@ -188,6 +188,20 @@ main()
 """
 
 
+def test_a_translated_gloo_group_registers_the_collection_before_exit(on_cpu, monkeypatch):
+    from torchdevice.distributed import teardown
+
+    registered = []
+    monkeypatch.setattr(teardown.atexit, "register", registered.append)
+    monkeypatch.setattr(teardown, "_registered", False)
+    with torchdevice.patched():
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        dist.destroy_process_group()
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        dist.destroy_process_group()
+    assert registered == [teardown.collect_before_exit]  # once per process
+
+
 def test_a_translated_ddp_cycle_is_freed_before_the_interpreter_finalizes(tmp_path):
     # natively, Python's last collection frees it while finalizing: a gloo worker that must take the GIL
     # then is ended by pthread_exit and the process aborts (issue 31, item 7; docs/distributed.md)
