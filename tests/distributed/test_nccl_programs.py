@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from helpers import Result, torchrun
+from helpers import Result, run_python, run_torchdevice, torchrun
 
 import torchdevice
 import torchdevice.distributed as tddist
@@ -163,6 +163,54 @@ def test_a_translated_ddp_module_frees_its_group_last_from_python(on_target):
     assert kept.group is ddp.process_group and kept.group is not None
     assert pickle.loads(pickle.dumps(kept)).group is None and isinstance(kept, LastGroupReference)
     del ddp  # the group is freed here, after its destroy_process_group, as at the end of a program's main
+
+
+#: a DDP program that destroys its group and returns from main; DDP's reference cycle keeps the module
+#: (and the group its reducer holds) alive after main; the callback says when Python frees it. No automatic
+#: collection runs between main and the exit (one may, by chance, in a real program: then it exits cleanly)
+FREED_WHEN = """
+import gc, os, sys
+import torch, torch.distributed as dist, torch.nn as nn
+gc.disable()
+
+class Freed:
+    def __del__(self, write=os.write, finalizing=sys.is_finalizing):
+        write(2, b"freed while finalizing: %d\\n" % finalizing())
+
+def main():
+    dist.init_process_group({backend!r}, store=dist.HashStore(), rank=0, world_size=1)
+    ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 1).to({device!r}))
+    ddp(torch.ones(2, 3, device={device!r})).sum().backward()
+    dist.destroy_process_group()
+    ddp.freed = Freed()
+
+main()
+"""
+
+
+def test_a_translated_gloo_group_registers_the_collection_before_exit(on_cpu, monkeypatch):
+    from torchdevice.distributed import teardown
+
+    registered = []
+    monkeypatch.setattr(teardown.atexit, "register", registered.append)
+    monkeypatch.setattr(teardown, "_registered", False)
+    with torchdevice.patched():
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        dist.destroy_process_group()
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        dist.destroy_process_group()
+    assert registered == [teardown.collect_before_exit]  # once per process
+
+
+def test_a_translated_ddp_cycle_is_freed_before_the_interpreter_finalizes(tmp_path):
+    # natively, Python's last collection frees it while finalizing: a gloo worker that must take the GIL
+    # then is ended by pthread_exit and the process aborts (issue 31, item 7; docs/distributed.md)
+    native = run_python(FREED_WHEN.format(backend="gloo", device="cpu"))
+    assert native.returncode == 0 and "freed while finalizing: 1" in native.stderr, native
+    program = tmp_path / "ddp_cycle.py"
+    program.write_text(FREED_WHEN.format(backend="nccl", device="cuda"))
+    translated = run_torchdevice("run", "--backend", "cpu", str(program))
+    assert translated.returncode == 0 and "freed while finalizing: 0" in translated.stderr, translated
 
 
 def test_every_catalog_function_has_a_status(on_cpu):

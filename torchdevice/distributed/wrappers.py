@@ -12,6 +12,7 @@ import torch
 from .. import boundary
 from ..errors import UnsupportedError
 from .arguments import _ddp_index, _state, map_backend, map_device_id
+from .teardown import register_collect_before_exit
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup, Work
@@ -39,6 +40,8 @@ def _wrap_group_factory(orig: _Fn, what: str, *, has_device_id: bool = False) ->
             arguments["device_id"] = device_id = map_device_id(device_id)
         if "backend" in sig.parameters:
             arguments["backend"] = map_backend(arguments.get("backend"), device_id, what)
+        if _state.engine == "gloo":
+            register_collect_before_exit()  # a DDP cycle must not free the group while Python finalizes
         try:
             return orig(*bound.args, **bound.kwargs)
         finally:
