@@ -204,7 +204,7 @@ def test_a_translated_gloo_group_registers_the_collection_before_exit(on_cpu, mo
 
 def test_a_translated_ddp_cycle_is_freed_before_the_interpreter_finalizes(tmp_path):
     # natively, Python's last collection frees it while finalizing: a gloo worker that must take the GIL
-    # then is ended by pthread_exit and the process aborts (issue 31, item 7; docs/distributed.md)
+    # then is ended by pthread_exit and the process aborts (docs/distributed.md, "An abort at exit after gloo DDP")
     native = run_python(FREED_WHEN.format(backend="gloo", device="cpu"))
     assert native.returncode == 0 and "freed while finalizing: 1" in native.stderr, native
     program = tmp_path / "ddp_cycle.py"

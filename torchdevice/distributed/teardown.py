@@ -1,4 +1,4 @@
-"""Free what still holds a gloo process group before the interpreter finalizes (issue 31, item 7).
+"""Free what still holds a gloo process group before the interpreter finalizes.
 
 A DDP module is a reference cycle, so it, its reducer and the process group they hold outlive
 ``destroy_process_group()`` and the program's ``main``; Python's last collection, during finalization,
