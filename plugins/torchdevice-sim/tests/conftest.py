@@ -46,6 +46,18 @@ def synced(sim):
 
 
 @pytest.fixture
+def checked(synced):
+    """sim with the race checker on for the test (every queue idle before), off again after."""
+    import torchdevice_sim
+
+    was = torchdevice_sim.set_racecheck(True)
+    try:
+        yield synced
+    finally:
+        torchdevice_sim.set_racecheck(was)
+
+
+@pytest.fixture
 def on_sim(synced):
     """Translation onto sim: ``torchdevice.use("sim")`` and ``patched()``, undone afterwards."""
     with router_sandbox(), torchdevice.use("sim"), torchdevice.patched():

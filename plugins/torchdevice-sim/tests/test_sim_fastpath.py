@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torchdevice_sim
 from torchdevice_sim import SimRaceError, _extension, _kernels
 
 Case = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -157,21 +156,17 @@ def test_an_error_in_a_kernel_run_at_once_is_reported_at_the_next_call(synced):
     assert torch.equal((x + 1).cpu(), torch.full((4,), 2.0))  # reported once; the stream works on
 
 
-def test_the_race_checker_still_reports_a_race_between_idle_streams(synced):
+def test_the_race_checker_still_reports_a_race_between_idle_streams(checked):
     """Kernels run at once on idle streams are never concurrent in fact, but the program still lacks the
     ordering a GPU needs: the checker reasons about order, not timing."""
-    was = torchdevice_sim.set_racecheck(True)
-    try:
-        x = torch.zeros(100, device="sim")
-        x.add_(1)
-        side = synced.Stream()
-        with synced.stream(side), pytest.raises(SimRaceError, match="read-after-write"):
-            x * 2
-        side.wait_stream(synced.current_stream())
-        with synced.stream(side):
-            assert (x * 2).sum().item() == 200
-    finally:
-        torchdevice_sim.set_racecheck(was)
+    x = torch.zeros(100, device="sim")
+    x.add_(1)
+    side = checked.Stream()
+    with checked.stream(side), pytest.raises(SimRaceError, match="read-after-write"):
+        x * 2
+    side.wait_stream(checked.current_stream())
+    with checked.stream(side):
+        assert (x * 2).sum().item() == 200
 
 
 def test_a_pointwise_ops_scalar_changes_its_numbers_not_its_plan(synced):
@@ -228,15 +223,10 @@ def test_foreach_ops_over_two_devices_run_per_tensor(synced):
     assert [t.device.index for t in torch._foreach_sqrt([a, b])] == [0, 1]
 
 
-def test_foreach_ops_report_races_to_the_checker(synced):
+def test_foreach_ops_report_races_to_the_checker(checked):
     """With the race checker on, a foreach op's per-tensor kernels are checked as before."""
-    was = torchdevice_sim.set_racecheck(True)
-    try:
-        x = torch.zeros(100, device="sim")
-        x.add_(1)
-        side = synced.Stream()
-        with synced.stream(side), pytest.raises(SimRaceError, match="write-after-write|read-after-write"):
-            torch._foreach_add_([x], 2.0)
-    finally:
-        torchdevice_sim.set_racecheck(was)
-        synced.synchronize()
+    x = torch.zeros(100, device="sim")
+    x.add_(1)
+    side = checked.Stream()
+    with checked.stream(side), pytest.raises(SimRaceError, match="write-after-write|read-after-write"):
+        torch._foreach_add_([x], 2.0)

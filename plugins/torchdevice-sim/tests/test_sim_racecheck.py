@@ -21,16 +21,6 @@ from torchdevice_sim import SimRaceError, config
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-@pytest.fixture
-def checked(synced):
-    """sim with the race checker on for the test (every queue idle before), off again after."""
-    was = torchdevice_sim.set_racecheck(True)
-    try:
-        yield synced
-    finally:
-        torchdevice_sim.set_racecheck(was)
-
-
 def written_on_default(sim) -> torch.Tensor:
     """A tensor whose last write is a kernel still queued (behind a sleep) on the default stream."""
     x = torch.zeros(100, device="sim")
