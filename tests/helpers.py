@@ -36,6 +36,16 @@ PLUGIN_FIXTURES = FIXTURES / "plugins"
 # -- fake installed distributions ------------------------------------------------------
 
 
+def load_file(name: str, path: Path):
+    """The Python file ``path`` (a script, a program of the tests) imported as a module named ``name``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def write_distribution(
     site: Path,
     name: str,

@@ -2,22 +2,19 @@
 the peer run itself is by hand, see docs/testing.md)."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import load_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "peer_transformers.py"
 
 
 @pytest.fixture(scope="module")
 def peer():
-    spec = importlib.util.spec_from_file_location("peer_transformers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("peer_transformers", SCRIPT)
 
 
 def test_a_native_pass_that_does_not_pass_translated_is_a_regression(peer):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "peer_torchtitan.py"
 # torchtitan 0.2.2's per-step line (components/metrics.py, colour printing off), as logged
@@ -207,11 +208,7 @@ def test_bitwise_runs_every_side_through_the_digest_module(peer, tmp_path, monke
 
 @pytest.fixture(scope="module")
 def digests_module():
-    spec = importlib.util.spec_from_file_location("peer_torchtitan_digests",
-                                                  SCRIPT.parent / "peer" / "torchtitan" / "peer_torchtitan_digests.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("peer_torchtitan_digests", SCRIPT.parent / "peer" / "torchtitan" / "peer_torchtitan_digests.py")
 
 
 def test_a_digest_tells_apart_one_ulp_a_dtype_and_a_shape(digests_module):

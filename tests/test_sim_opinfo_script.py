@@ -2,21 +2,18 @@
 reports as a difference. The sweep itself runs by hand (docs/testing.md, "sim against torch's OpInfo database")."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sim_opinfo.py"
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    spec = importlib.util.spec_from_file_location("sim_opinfo", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("sim_opinfo", SCRIPT)
 
 
 def _info(name: str):

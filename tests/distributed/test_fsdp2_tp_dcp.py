@@ -3,7 +3,6 @@ through ``torchrun -m torchdevice run`` on the suite's target, against its hand 
 (``fsdp2_tp_dcp_native.py``): every number equal, and the port loads the translated run's DCP checkpoint."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import TARGET
-from helpers import torchrun
+from helpers import load_file, torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "dist_programs"
@@ -55,9 +54,7 @@ def test_every_number_equals_the_native_port(on_target, runs, part):  # on_targe
 
 
 def test_it_trained_and_the_checkpoint_round_trips(on_target, runs):
-    spec = importlib.util.spec_from_file_location("fsdp2_tp_dcp", PROGRAMS / "fsdp2_tp_dcp.py")
-    program = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(program)
+    program = load_file("fsdp2_tp_dcp", PROGRAMS / "fsdp2_tp_dcp.py")
     initial = program.model().state_dict()
     translated, _ = runs
     for rank in range(2):
@@ -79,7 +76,5 @@ def test_the_native_port_loads_the_translated_checkpoint(on_target, runs):
                     reason="8 processes, about a minute: TORCHDEVICE_MULTINODE_TESTS=1 runs it")
 def test_two_nodes_two_agents_c10d_rendezvous(on_target, tmp_path):
     """``torchrun --nnodes 2 --nproc-per-node 2``, two agents meeting at a c10d rendezvous on localhost."""
-    spec = importlib.util.spec_from_file_location("multinode_fsdp2", ROOT / "scripts" / "multinode_fsdp2.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_file("multinode_fsdp2", ROOT / "scripts" / "multinode_fsdp2.py")
     assert script.compare(TARGET, tmp_path) == []

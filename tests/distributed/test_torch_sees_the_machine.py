@@ -2,7 +2,6 @@
 ``is_nccl_available()`` checks, DCP's loader choice, and every site of the audit in docs/distributed.md."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from datetime import timedelta
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import load_file
 
 from torchdevice import boundary
 
@@ -20,14 +20,7 @@ TORCH_DIR = os.path.dirname(torch.__file__)
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
 
-def _load_audit():
-    spec = importlib.util.spec_from_file_location("distributed_audit", ROOT / "scripts" / "distributed_audit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-AUDIT = _load_audit()
+AUDIT = load_file("distributed_audit", ROOT / "scripts" / "distributed_audit.py")
 SITES = AUDIT.sites(TORCH_DIR)
 #: zero-argument questions; every site must get the answer torch's own inductor gets (the real machine's)
 PROBES = {
