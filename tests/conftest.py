@@ -282,3 +282,17 @@ def inproc(on_cpu, monkeypatch):
     finally:
         if not was:
             translate.unpatch()
+
+
+@pytest.fixture
+def report():
+    """``run --report``'s recording, on for the test: a callable giving ``{api: use}`` so far."""
+    from torchdevice import trace
+
+    trace.reset()
+    trace.start_report()
+    try:
+        yield lambda: {u.api: u for u in trace.report_data()}
+    finally:
+        trace.stop_report()
+        trace.reset()

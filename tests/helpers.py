@@ -36,6 +36,23 @@ PLUGIN_FIXTURES = FIXTURES / "plugins"
 # -- fake installed distributions ------------------------------------------------------
 
 
+#: Queries answered from a host reading (a clock, a thermal sensor, RAPL energy counters): where the host
+#: exposes none they raise SensorUnavailableError -- "not readable here", as CUDA raises without NVML --
+#: which is neither a refusal nor a number.
+HOST_SENSOR_QUERIES = frozenset({"clock_rate", "temperature", "power_draw"})
+
+
+def host_backends() -> list[str]:
+    """The host backends this machine runs: cpu, and mlx where it is available."""
+    from torchdevice import router
+
+    names = ["cpu"]
+    record = router.discover().get("mlx")
+    if record is not None and record.available:
+        names.append("mlx")
+    return names
+
+
 def load_file(name: str, path: Path):
     """The Python file ``path`` (a script, a program of the tests) imported as a module named ``name``."""
     import importlib.util

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 import torchdevice
-from torchdevice import devices, router, trace, translate
+from torchdevice import devices, router, translate
 from torchdevice._patching import Patcher
 from torchdevice.errors import InvalidDeviceError
 
@@ -33,17 +33,6 @@ SOURCES = ("cuda", "xpu", "mtia", "mps")
 def translated(on_target):
     with torchdevice.patched():
         yield
-
-
-@pytest.fixture
-def report():
-    trace.reset()
-    trace.start_report()
-    try:
-        yield lambda: {u.api: u for u in trace.report_data()}
-    finally:
-        trace.stop_report()
-        trace.reset()
 
 
 def test_every_device_entry_point_is_reported_under_its_name(translated, target, report, tmp_path):

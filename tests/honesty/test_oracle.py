@@ -8,7 +8,7 @@ relabelled unsupported) would pass it. Here:
 1. every catalog device function is called (with the examples beside the catalog) and its
    behaviour classified: *refuses* (raises UnsupportedError), *torch's own* object, *answers*
    (returns), or *unreadable here* (raises SensorUnavailableError: a host-sensor query on a host
-   that exposes no such reading -- allowed only for the queries in :data:`SENSOR_QUERIES`);
+   that exposes no such reading -- allowed only for the queries in :data:`HOST_SENSOR_QUERIES`);
 2. the class must match the published status (unsupported <=> refuses);
 3. a function may refuse only if it is in :data:`MAY_REFUSE` -- actions that cannot be
    honoured without the accelerator's runtime (graphs, allocators, IPC, external streams) --
@@ -24,9 +24,10 @@ import warnings
 
 import pytest
 import torch
+from helpers import HOST_SENSOR_QUERIES, host_backends
 
 import torchdevice
-from torchdevice import SensorUnavailableError, UnsupportedError, catalog, router, translate
+from torchdevice import SensorUnavailableError, UnsupportedError, catalog, translate
 from torchdevice.data import catalog_examples as ex
 
 ENTRIES = [e for e in catalog.entries() if e.section != "DISTRIBUTED_COMPUTING"]
@@ -58,26 +59,12 @@ REFUSED_QUERIES: dict[str, frozenset[str]] = {
     **{name: frozenset({"mlx"}) for name in _HOST_TELEMETRY},  # MLX's device may be a GPU: no host figure fits
 }
 
-#: Queries answered from a host reading (a clock, a thermal sensor, RAPL energy counters): where this host
-#: exposes none they raise SensorUnavailableError -- the question answered "not readable here", as CUDA
-#: raises without NVML -- which is neither a refusal nor a number.
-SENSOR_QUERIES = frozenset({"clock_rate", "temperature", "power_draw"})
-
-
-def _host_backends() -> list[str]:
-    names = ["cpu"]
-    record = router.discover().get("mlx")
-    if record is not None and record.available:
-        names.append("mlx")
-    return names
-
-
 @pytest.fixture(scope="module")
 def originals():
     return {ns: dict(vars(getattr(torch, ns))) for ns in ("cuda", "mps", "xpu", "mtia")}
 
 
-@pytest.fixture(params=_host_backends())
+@pytest.fixture(params=host_backends())
 def host(request):
     rng = torch.get_rng_state()
     torchdevice.use(request.param)
@@ -104,7 +91,7 @@ def _classify(fn, original, module, api) -> str:
         except UnsupportedError:
             outcomes.add("refuses")
         except SensorUnavailableError as exc:
-            assert api.rpartition(".")[2] in SENSOR_QUERIES, f"{api} raised {exc!r}: it reads no host sensor"
+            assert api.rpartition(".")[2] in HOST_SENSOR_QUERIES, f"{api} raised {exc!r}: it reads no host sensor"
             assert exc.function == api and exc.tried and exc.instead, f"{api}: {exc!r}"
             outcomes.add("unreadable here")
     assert len(outcomes) == 1, f"{api}: some calls refuse, some answer: {outcomes}"
@@ -181,7 +168,7 @@ def _same(a, b) -> bool:
 def _published_no_ops() -> list[tuple[str, str]]:
     from torchdevice import matrix
 
-    return [(b, e.api) for b in _host_backends() for e in ENTRIES if matrix.status_for(e.api, b)[0].value == "no-op"]
+    return [(b, e.api) for b in host_backends() for e in ENTRIES if matrix.status_for(e.api, b)[0].value == "no-op"]
 
 
 @pytest.mark.parametrize(("backend", "api"), _published_no_ops())

@@ -8,7 +8,7 @@ valid arguments kept beside the catalog (torchdevice/data/catalog_examples.py):
   documented type without raising;
 * an "unsupported" one must raise torchdevice.UnsupportedError naming the
   function and the backend (and saying what to use instead);
-* a host-sensor query (:data:`HOST_SENSORS`) may instead raise
+* a host-sensor query (:data:`HOST_SENSOR_QUERIES`) may instead raise
   torchdevice.SensorUnavailableError on a host without that reading, naming the
   function, the backend, what was tried and what to use instead;
 * a "native" facade-less one is torch's own object, untouched; every other one
@@ -31,33 +31,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_command, run_torchdevice
+from helpers import HOST_SENSOR_QUERIES, host_backends, run_command, run_torchdevice
 
 import torchdevice
-from torchdevice import SensorUnavailableError, UnsupportedError, catalog, namespaces, router, trace, translate
+from torchdevice import SensorUnavailableError, UnsupportedError, catalog, namespaces, trace, translate
 from torchdevice.backend import STATUS_ATTR
 from torchdevice.data import catalog_examples as ex
 
 DEVICE_ENTRIES = [e for e in catalog.entries() if e.section != "DISTRIBUTED_COMPUTING"]
 DIST_ENTRIES = catalog.entries("DISTRIBUTED_COMPUTING")
 
-#: Queries answered from a host reading, which a host may not expose (then SensorUnavailableError)
-HOST_SENSORS = frozenset({"clock_rate", "temperature", "power_draw"})
-
-
-def _backends() -> list[str]:
-    names = ["cpu"]
-    record = router.discover().get("mlx")
-    if record is not None and record.available:
-        names.append("mlx")
-    return names
-
-
 @pytest.fixture(scope="module")
 def cli_statuses():
     """``{backend: {api: {"status", "note"}}}`` from ``torchdevice matrix --format json``."""
     args = ["matrix", "--format", "json"]
-    for b in _backends():
+    for b in host_backends():
         args += ["--backend", b]
     result = run_torchdevice(*args, timeout=180)
     assert result.returncode == 0, result.stderr
@@ -72,7 +60,7 @@ def originals():
     return {ns: dict(vars(getattr(torch, ns))) for ns in namespaces.NAMESPACES}
 
 
-@pytest.fixture(params=_backends())
+@pytest.fixture(params=host_backends())
 def translating(request, originals, cli_statuses):
     backend = request.param
     rng = torch.get_rng_state()
@@ -140,7 +128,7 @@ def test_function_does_what_the_matrix_says(api, translating, originals):
             assert uses[api].how == "unsupported"
             continue
         if unreadable is not None:  # a question answered "this host has no such reading"
-            assert entry.name in HOST_SENSORS, f"{api} raised {unreadable!r} but reads no host sensor"
+            assert entry.name in HOST_SENSOR_QUERIES, f"{api} raised {unreadable!r} but reads no host sensor"
             assert unreadable.function == api and unreadable.backend == backend, repr(unreadable)
             assert unreadable.tried and unreadable.instead, f"{api}: say what was tried and what to use instead"
             assert uses[api].how.startswith(status), f"{api} was not traced as {status}"

@@ -13,7 +13,6 @@ import torch
 from helpers import run_torchdevice
 
 import torchdevice
-from torchdevice import trace
 from torchdevice.run import format_markdown, report_dict
 
 
@@ -21,17 +20,6 @@ from torchdevice.run import format_markdown, report_dict
 def translated(on_cpu, restore_rng):
     with torchdevice.patched(source="cuda"):
         yield
-
-
-@pytest.fixture
-def report():
-    trace.reset()
-    trace.start_report()
-    try:
-        yield lambda: {u.api: u for u in trace.report_data()}
-    finally:
-        trace.stop_report()
-        trace.reset()
 
 
 def test_torchs_own_calls_are_not_the_programs(translated, report):
