@@ -18,6 +18,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PLUGIN_FIXTURES = FIXTURES / "plugins"
@@ -51,6 +52,25 @@ def host_backends() -> list[str]:
     if record is not None and record.available:
         names.append("mlx")
     return names
+
+
+@contextlib.contextmanager
+def device_translation_onto_meta() -> Iterator:
+    """Device translation alone (``devices.install``, nothing else patched) onto a fake 2-device ``meta``
+    target that every source family maps to; yields the target, and restores torch after."""
+    from torchdevice import devices, router, translate
+    from torchdevice._patching import Patcher
+
+    translate.unpatch()
+    target = router.Target("fake-meta", "meta", 2, None, None, None, None,
+                           sources=frozenset({"cuda", "mps", "xpu", "mtia"}))
+    patcher = Patcher()
+    devices.install(patcher, target)
+    try:
+        yield target
+    finally:
+        patcher.restore()
+        devices.uninstall()
 
 
 def load_file(name: str, path: Path):

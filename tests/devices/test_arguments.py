@@ -14,10 +14,10 @@ import random
 import numpy as np
 import pytest
 import torch
+from helpers import device_translation_onto_meta
 
 import torchdevice
-from torchdevice import devices, router, translate
-from torchdevice._patching import Patcher
+from torchdevice import devices, translate
 
 RealDevice = torch.device
 
@@ -205,15 +205,8 @@ def test_load_with_a_rank_remap_table_that_misses_the_saved_location(on_cpu, tmp
 
 @pytest.fixture
 def meta_target():
-    translate.unpatch()
-    target = router.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset({"cuda", "mps", "xpu", "mtia"}))
-    patcher = Patcher()
-    devices.install(patcher, target)
-    try:
+    with device_translation_onto_meta() as target:
         yield target
-    finally:
-        patcher.restore()
-        devices.uninstall()
 
 
 def test_indexed_target_keeps_the_index(meta_target):

@@ -18,6 +18,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+from helpers import device_translation_onto_meta
 
 import torchdevice
 from torchdevice import devices, router, translate
@@ -136,14 +137,8 @@ def meta_spied(monkeypatch, on_cpu):
 
     monkeypatch.setattr(torch.Tensor, "to", tensor_to)
     monkeypatch.setattr(nn.Module, "to", module_to)
-    target = router.Target("fake-meta", "meta", 2, None, None, None, None, sources=frozenset(SOURCES))
-    patcher = Patcher()
-    devices.install(patcher, target)
-    try:
+    with device_translation_onto_meta():
         yield calls
-    finally:
-        patcher.restore()
-        devices.uninstall()
 
 
 def test_moves_hand_the_target_device_and_their_options_to_to(meta_spied):
