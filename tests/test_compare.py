@@ -364,3 +364,56 @@ def test_autocast_differences_inside_a_function_are_found():
     assert autocast.differences(sim, sim) == []
     other_kernel = [("aten._fused_attention.default", bf16)]  # run on one side only: not paired
     assert autocast.differences(other_kernel, [("aten._flash_attention.default", f32)]) == []
+
+
+def test_module_names_on_threads_running_at_once_are_their_own():
+    """nn.DataParallel runs its replicas' forwards on threads of its own, at once: one shared stack of running
+    modules let them end each other's entries and the calling thread's (Trainer over 2 sim devices named ops
+    `dataparallel.gpt2lmheadmodel.transformer.wte.gpt2lmheadmodel.transformer.h.1.ln_2`)."""
+    import threading
+
+    from torchdevice.compare.shadow import ModuleTracker
+
+    together = threading.Barrier(2, timeout=30)
+    seen: dict[str, list] = {"replica": [], "inner": []}
+
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            together.wait()  # both threads inside Inner at once
+            seen["inner"].append(tracker.path)
+            together.wait()
+            return x
+
+    class Replica(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            mine = tracker.path
+            self.inner(x)
+            seen["replica"].append((mine, tracker.path))
+            return x
+
+    class Parallel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.replicas = [Replica(), Replica()]  # not submodules: DataParallel's replicas are copies
+
+        def forward(self, x):
+            threads = [threading.Thread(target=replica, args=(x,)) for replica in self.replicas]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            seen["parallel"] = tracker.path
+            return x
+
+    parallel = Parallel()
+    with ModuleTracker() as tracker:
+        parallel(torch.ones(1))
+        assert tracker.stack == []
+    assert seen["parallel"] == "parallel"
+    assert [after for mine, after in seen["replica"]] == [mine for mine, after in seen["replica"]]
+    assert sorted(seen["inner"]) == sorted(f"{mine}.inner" for mine, _ in seen["replica"])
+    assert all(mine and "parallel" not in mine for mine, _ in seen["replica"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 import types
 import weakref
 from collections.abc import Collection
@@ -106,20 +107,34 @@ def program_location(skip: int = 2) -> str:
 
 # -- which module an op ran in -------------------------------------------------------------------------------
 
+class _Running(threading.local):
+    """The modules running on one thread. ``nn.DataParallel`` runs its replicas' forwards on threads of its
+    own, at once: on one shared stack their calls interleaved, ended each other's entries and the calling
+    thread's, and named modules by the wrong parents."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.modules: list[torch.nn.Module] = []
+        self.inputs: list[set[int]] = []
+
+
 class ModuleTracker:
-    """Global forward pre/post hooks keeping the stack of modules running; :meth:`path` names the innermost.
+    """Global forward pre/post hooks keeping the stack of modules running on each thread; :meth:`path` names
+    the calling thread's innermost.
 
     The outermost module seen (a *root*) is named by the program's variable holding it (``model``), else
     by its class in lower case; its submodules by ``named_modules()`` below it (``model.h.3.mlp.act``).
     """
 
     def __init__(self) -> None:
-        self.stack: list[str] = []
-        self._modules: list[torch.nn.Module] = []
+        self._running = _Running()
         self._names: dict[int, tuple[weakref.ref, str]] = {}
         self._handles: list = []
-        self._inputs: list[set[int]] = []
         self.tag_graph = True  # name backward ops after the module whose forward made their node
+
+    @property
+    def stack(self) -> list[str]:
+        return self._running.stack
 
     def __enter__(self) -> ModuleTracker:
         from torch.nn.modules import module as nn_module
@@ -141,8 +156,8 @@ class ModuleTracker:
         entry = self._names.get(id(module))
         if entry is not None and entry[0]() is module:
             return entry[1]
-        if self._modules:  # a submodule: named below the innermost running module that holds it
-            for parent, parent_path in zip(reversed(self._modules), reversed(self.stack)):
+        if self._running.modules:  # a submodule: named below the innermost running module that holds it
+            for parent, parent_path in zip(reversed(self._running.modules), reversed(self.stack)):
                 self._index(parent, parent_path)
                 entry = self._names.get(id(module))
                 if entry is not None and entry[0]() is module:
@@ -169,17 +184,19 @@ class ModuleTracker:
         return type(module).__name__.lower()
 
     def _pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        self.stack.append(self._name_of(module))
-        self._modules.append(module)
+        running = self._running
+        running.stack.append(self._name_of(module))
+        running.modules.append(module)
         if self.tag_graph:
             leaves, _ = tree_flatten(args)
-            self._inputs.append({id(t.grad_fn) for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None})
+            running.inputs.append({id(t.grad_fn) for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None})
 
     def _post(self, module: torch.nn.Module, args: tuple[Any, ...], output: object) -> None:
-        while self._modules:
-            top = self._modules.pop()
-            path = self.stack.pop()
-            inputs = self._inputs.pop() if self.tag_graph and self._inputs else set()
+        running = self._running
+        while running.modules:
+            top = running.modules.pop()
+            path = running.stack.pop()
+            inputs = running.inputs.pop() if self.tag_graph and running.inputs else set()
             if top is module:
                 if self.tag_graph and torch.is_grad_enabled():
                     _tag_graph(output, inputs, path)
