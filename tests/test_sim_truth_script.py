@@ -2,20 +2,17 @@
 itself is by hand, see docs/testing.md)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from helpers import load_file
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(name, SCRIPTS / f"{name}.py")
 
 
 @pytest.fixture(scope="module")
