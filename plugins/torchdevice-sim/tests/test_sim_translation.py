@@ -332,26 +332,6 @@ def test_cuda_data_parallel_runs_over_both_sim_devices(on_sim, data_parallel_che
     data_parallel_check("cuda")
 
 
-def test_hf_trainer_over_two_sim_devices_trains_as_over_one(sim):
-    """tests/frameworks/trainer_dataparallel.py, CUDA-written: Trainer over 2 sim devices (nn.DataParallel, the
-    batch split in two) and over 1 (CUDA_VISIBLE_DEVICES=0), the global batch the same: the same losses and
-    weights up to the order of float sums. Both run at once (each about 5 s)."""
-    if os.environ.get("TORCHDEVICE_FRAMEWORK_TESTS") != "1":  # the py311 env has transformers; tox -e sim not
-        pytest.importorskip("transformers")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHDEVICE_", "CUDA_VISIBLE"))}
-    program = str(ROOT / "tests" / "frameworks" / "trainer_dataparallel.py")
-    runs = [subprocess.Popen([sys.executable, program], env={**base, "TORCHDEVICE_BACKEND": "sim", **extra}, cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for extra in ({}, {"CUDA_VISIBLE_DEVICES": "0"})]
-    (two, two_log), (one, one_log) = (run.communicate(timeout=240) for run in runs)
-    assert [run.returncode for run in runs] == [0, 0], two_log[-3000:] + one_log[-3000:]
-    assert "n_gpu 2, cuda.device_count() 2, model wrapped in DataParallel" in two_log
-    assert "n_gpu 1, cuda.device_count() 1, model wrapped in GPT2LMHeadModel" in one_log
-    two_gpus, one_gpu = (json.loads(out.strip().splitlines()[-1]) for out in (two, one))
-    torch.testing.assert_close(two_gpus, one_gpu, rtol=1e-6, atol=0)
-    assert len(two_gpus["losses"]) == 3 and two_gpus["losses"][0] != two_gpus["losses"][-1]
-
-
 def test_sims_own_bookkeeping_does_not_reenter_translation(on_sim, monkeypatch):
     """sim computes an op's outputs on the meta device, allocates them and stages host buffers itself: none of that
     goes through the translated factories (torch.empty, torch.empty_strided), which are the program's, not sim's.
