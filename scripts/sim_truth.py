@@ -2,14 +2,14 @@
 (wanting 0 ops over tolerance, and a named cause -- random ops, autocast -- where the whole runs differ)
 and through ``torchdevice run --backend sim`` alone (wanting it to run). One command::
 
-    python scripts/sim_truth.py [--json OUT] [--peers [--nanogpt CHECKOUT]] [PROGRAM ...]
+    python scripts/sim_truth.py [--json OUT] [--peers [--nanogpt CHECKOUT] [--vision-python PY]] [PROGRAM ...]
 
 Default programs: ``examples/*.py`` and ``tests/programs/*.py``. ``examples/ddp_train.py`` runs as rank
 0 of a world of 1 (compare is one process). ``--peers`` adds the project's peers (``sim_truth_peers.py``):
 the CUDA-written framework programs (HF Trainer over 2 sim devices, checked against 1 device too; diffusers'
 UNet2D under fp16/bf16 autocast in channels_last), nanoGPT's own ``train.py`` (with ``--nanogpt``) and
-transformers' own model tests on cpu and sim, and says why timm and torchvision are left out where they
-cannot load. Prints Markdown tables (those in docs/testing.md) under the date and the machine's load; exits
+transformers' own model tests on cpu and sim, torchvision's and timm's programs under ``--vision-python``),
+and says why timm and torchvision are left out where they cannot load. Prints Markdown tables (those in docs/testing.md) under the date and the machine's load; exits
 non-zero when an op went over tolerance, a run failed, the whole runs differ with no cause named, or a
 peer fell short.
 """
@@ -57,7 +57,8 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[int, fl
     return proc.returncode, time.perf_counter() - started, tail, proc.stdout
 
 
-def _oracle(program: str, args: list[str], env: dict[str, str], cwd: Path, sim_stdout: str) -> tuple[str, bool]:
+def _oracle(program: str, args: list[str], env: dict[str, str], cwd: Path, sim_stdout: str,
+            python: str = sys.executable) -> tuple[str, bool]:
     """sim alone's output against the same program on sim under ``ORACLES[program]`` (one device for two):
     what the printed numbers did, and whether they matched ('-' and True where the program has no such oracle)."""
     if program not in ORACLES:
@@ -65,7 +66,7 @@ def _oracle(program: str, args: list[str], env: dict[str, str], cwd: Path, sim_s
     from torchdevice.compare import wholerun
 
     extra, rtol, label = ORACLES[program]
-    status, _, tail, stdout = _run([sys.executable, "-m", "torchdevice", "run", "--backend", "sim", program, *args],
+    status, _, tail, stdout = _run([python, "-m", "torchdevice", "run", "--backend", "sim", program, *args],
                                    env | extra, cwd)
     if status:
         return f"{label}: failed: {tail}", False
@@ -74,20 +75,21 @@ def _oracle(program: str, args: list[str], env: dict[str, str], cwd: Path, sim_s
     return f"{label}: {'within' if within else 'NOT within'} rtol {rtol:g} (max rel {found['max_rel']:.2g})", within
 
 
-def check(program: str, args: list[str] | None = None, cwd: Path = ROOT) -> dict:
+def check(program: str, args: list[str] | None = None, cwd: Path = ROOT, python: str = sys.executable) -> dict:
     """Compare on cpu,sim and run on sim alone: the row of the table. ``args``: the program's own (default:
-    what :func:`_setup` gives it); ``cwd``: where it runs (``program`` relative to it)."""
+    what :func:`_setup` gives it); ``cwd``: where it runs (``program`` relative to it); ``python``: the
+    interpreter (another environment's, for libraries this one cannot hold)."""
     with tempfile.TemporaryDirectory() as tmp:
         own, extra = _setup(program, tmp)
         args = own if args is None else args
         env = {k: v for k, v in os.environ.items() if k != "TORCHDEVICE_BACKEND"} | extra
         report = os.path.join(tmp, "report.json")
-        status, compare_s, tail, _ = _run([sys.executable, "-m", "torchdevice", "compare", "--backends", "cpu,sim",
+        status, compare_s, tail, _ = _run([python, "-m", "torchdevice", "compare", "--backends", "cpu,sim",
                                            "--out", report, program, *args], env, cwd)
         data = json.loads(Path(report).read_text()) if os.path.exists(report) else {}
-        sim_status, sim_s, sim_tail, sim_stdout = _run([sys.executable, "-m", "torchdevice", "run", "--backend", "sim",
+        sim_status, sim_s, sim_tail, sim_stdout = _run([python, "-m", "torchdevice", "run", "--backend", "sim",
                                                         program, *args], env | {"MASTER_PORT": str(_free_port())}, cwd)
-        oracle, oracle_ok = _oracle(program, args, env, cwd, sim_stdout) if sim_status == 0 else ("-", True)
+        oracle, oracle_ok = _oracle(program, args, env, cwd, sim_stdout, python) if sim_status == 0 else ("-", True)
     summary = data.get("summary", {})
     whole = data.get("whole_run") or {}
     differs = whole.get("first_difference") is not None
@@ -109,7 +111,8 @@ def table(rows: list[dict]) -> str:
              "|---|---:|---:|---|---|---|---|---|"]
     for r in rows:
         failed = "; ".join(r["failed"])
-        lines.append(f"| `{r['program']}` | {r['ops_compared']} | {r['over_tolerance']} | "
+        where = f" ({r['environment']})" if r.get("environment") else ""
+        lines.append(f"| `{r['program']}`{where} | {r['ops_compared']} | {r['over_tolerance']} | "
                      f"{'differs' if r['whole_run_differs'] else 'equal'} | {r['causes']} | "
                      f"{'failed: ' + failed if failed else 'ran'} ({r['compare_s']} s) | "
                      f"{'ran' if r['sim_status'] == 0 else 'failed: ' + r['sim_error']} ({r['sim_s']} s) | "
@@ -132,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the rows as JSON here")
     parser.add_argument("--peers", action="store_true", help="the peers too (sim_truth_peers.py)")
     parser.add_argument("--nanogpt", type=Path, help="with --peers: a karpathy/nanoGPT checkout")
+    parser.add_argument("--vision-python", default=sys.executable,
+                        help="with --peers: the interpreter for torchvision's and timm's programs, of an environment "
+                             "that holds them (.tox/torch-newest/bin/python); default this one")
     args = parser.parse_args(argv)
     programs = args.programs or sorted(
         os.path.relpath(p, ROOT) for pattern in ("examples/*.py", "tests/programs/*.py")
@@ -147,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{program}: {'ok' if rows[-1]['ok'] else 'NOT OK'}", file=sys.stderr, flush=True)
     peers: list[dict] = []
     if args.peers:
-        more, peers = sim_truth_peers.run(args.nanogpt, check)
+        more, peers = sim_truth_peers.run(args.nanogpt, check, args.vision_python)
         rows += more
     print(table(rows))
     if peers:

@@ -8,7 +8,10 @@
   dropout, where every loss on sim must equal the CPU backend's.
 - transformers' own model tests: ``peer_transformers.py --backends cpu,sim`` (natively, then translated
   onto each), wanting no test that passes natively to fail translated.
-- torchvision and timm: run where they load beside this torch; where not, the row says why.
+- torchvision and timm: Faster R-CNN under fp16 autocast (roi_align's autocast rule) and timm's training
+  recipe (mixup, AMP, channels_last) through the same check, run by ``--vision-python`` (an environment
+  that holds them: torchvision's PyPI wheels need a CUDA build of their one torch, so ``tox -e
+  torch-newest``'s); where they do not load, the row says why.
 """
 from __future__ import annotations
 
@@ -23,14 +26,16 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 PROGRAMS = ["tests/frameworks/trainer_dataparallel.py", "tests/frameworks/diffusers_unet_amp.py"]
+#: program -> the module it needs (probed first: the row says why where it does not load)
+VISION = {"tests/frameworks/torchvision_detection_amp.py": "torchvision.ops", "tests/frameworks/timm_train.py": "timm"}
 NANOGPT_COMPARE_ITERS = 2
 NANOGPT_ITERS = 6
 
 
-def _script(args: list[str], cwd: Path = ROOT) -> tuple[int, float, str]:
-    """``python scripts/ARGS...``: (exit status, wall seconds, stdout and stderr)."""
+def _script(args: list[str], cwd: Path = ROOT, python: str = sys.executable) -> tuple[int, float, str]:
+    """``python ARGS...``: (exit status, wall seconds, stdout and stderr)."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run([python, *args], cwd=cwd, capture_output=True, text=True)
     return done.returncode, time.perf_counter() - started, done.stdout + done.stderr
 
 
@@ -78,19 +83,27 @@ def transformers_tests() -> dict:
     return {"peer": peer, "result": "; ".join(parts), "seconds": round(seconds), "ok": status == 0}
 
 
-def vision() -> list[dict]:
-    """torchvision and timm: whether they load beside this torch (their programs need them to)."""
-    rows = []
-    for name, probe in (("torchvision", "import torchvision.ops"), ("timm", "import timm")):
-        status, seconds, output = _script(["-c", probe])
-        tail = next((line for line in reversed(output.splitlines()) if line.strip()), "")
-        result = (f"not run: {name} does not load beside this torch ({tail})" if status else
-                  f"not run: {name} loads, but this run has no program for it yet")
-        rows.append({"peer": f"{name} program", "result": result, "seconds": round(seconds), "ok": True})
-    return rows
+def vision(check: Callable[..., dict], python: str) -> tuple[list[dict], list[dict]]:
+    """torchvision's and timm's programs (:data:`VISION`) through ``check`` with ``python``, where the library
+    loads beside that interpreter's torch: (program rows, peer rows saying why a library's program did not run).
+    torchvision's wheels are built for one torch each (0.28 for 2.13, 0.29 for 2.14), and the CUDA builds
+    PyPI has need torch's CUDA libraries: beside a CPU-only torch they do not load."""
+    programs, peers = [], []
+    for program, probe in VISION.items():
+        status, seconds, output = _script(["-c", f"import {probe}, torch; print(torch.__version__)"], python=python)
+        lines = [line for line in output.splitlines() if line.strip()]
+        name = probe.split(".")[0]
+        if status:
+            peers.append({"peer": f"{name} program (`{program}`)", "seconds": round(seconds), "ok": True,
+                          "result": f"not run: {name} does not load beside this torch ({lines[-1] if lines else status})"})
+            continue
+        row = check(program, python=python)
+        row["environment"] = f"torch {lines[-1]}, {python}"
+        programs.append(row)
+    return programs, peers
 
 
-def run(nanogpt: Path | None, check: Callable[..., dict]) -> tuple[list[dict], list[dict]]:
+def run(nanogpt: Path | None, check: Callable[..., dict], python: str = sys.executable) -> tuple[list[dict], list[dict]]:
     """(program rows for sim_truth's table, peer rows for :func:`table`)."""
     programs, peers = [], []
     if nanogpt is None:
@@ -101,7 +114,9 @@ def run(nanogpt: Path | None, check: Callable[..., dict]) -> tuple[list[dict], l
         programs.append(nanogpt_compare(checkout, check))
         peers.append(nanogpt_losses(checkout))
     peers.append(transformers_tests())
-    peers.extend(vision())
+    more, why_not = vision(check, python)
+    programs += more
+    peers += why_not
     for row in peers:
         print(f"{row['peer']}: {'ok' if row['ok'] else 'NOT OK'}", file=sys.stderr, flush=True)
     return programs, peers
