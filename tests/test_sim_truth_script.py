@@ -67,14 +67,22 @@ def test_a_transformers_run_that_wrote_nothing_is_a_failed_row(peers, monkeypatc
     assert not row["ok"] and row["result"] == "failed (2): no module named transformers"
 
 
-def test_a_library_that_does_not_load_is_named_with_its_error(peers, monkeypatch):
-    monkeypatch.setattr(peers, "_script", lambda args, cwd=None: (1, 0.5, "Traceback\nOSError: libc10_cuda.so\n"))
-    rows = peers.vision()
-    assert [r["peer"] for r in rows] == ["torchvision program", "timm program"]
+def test_a_library_that_does_not_load_is_named_with_its_error_and_one_that_loads_runs_under_its_python(peers,
+                                                                                                     monkeypatch):
+    def probe(args, cwd=None, python=None):
+        return (1, 0.5, "Traceback\nOSError: libc10_cuda.so\n") if "torchvision" in args[-1] else (0, 0.5, "2.14.1\n")
+
+    checked = []
+    monkeypatch.setattr(peers, "_script", probe)
+    programs, rows = peers.vision(lambda program, python: checked.append((program, python)) or {"ok": True},
+                                  "/envs/newest/bin/python")
+    assert [r["peer"] for r in rows] == ["torchvision program (`tests/frameworks/torchvision_detection_amp.py`)"]
     assert rows[0]["result"] == "not run: torchvision does not load beside this torch (OSError: libc10_cuda.so)"
+    assert checked == [("tests/frameworks/timm_train.py", "/envs/newest/bin/python")]
+    assert programs == [{"ok": True, "environment": "torch 2.14.1, /envs/newest/bin/python"}]
 
 
 def test_the_peer_programs_exist_and_are_written_for_cuda(peers, truth):
-    for program in peers.PROGRAMS + list(truth.ORACLES):
+    for program in peers.PROGRAMS + list(peers.VISION) + list(truth.ORACLES):
         text = (truth.ROOT / program).read_text()
         assert "torch.cuda.is_available()" in text and "sim" not in text.replace("sim's", "")
