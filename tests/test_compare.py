@@ -417,3 +417,53 @@ def test_module_names_on_threads_running_at_once_are_their_own():
     assert [after for mine, after in seen["replica"]] == [mine for mine, after in seen["replica"]]
     assert sorted(seen["inner"]) == sorted(f"{mine}.inner" for mine, _ in seen["replica"])
     assert all(mine and "parallel" not in mine for mine, _ in seen["replica"])
+
+
+def test_an_op_whose_cpu_kernel_sums_per_thread_is_compared_on_the_programs_thread_count():
+    """The reference runs on one intra-op thread; layer_norm's backward sums dgamma and dbeta per thread, so on
+    one thread it gives other bits than the program's two (a ViT's norms over tolerance under compare). An op
+    over tolerance is run again with the program's threads, and that comparison stands."""
+    from torchdevice.compare import shadow
+
+    g = torch.Generator().manual_seed(0)
+    x, go = torch.randn(136, 192, generator=g) * 3 + 1, torch.randn(136, 192, generator=g) * 65536
+    w, b = torch.randn(192, generator=g), torch.randn(192, generator=g)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [192], w, b, 1e-6)
+    backward = torch.ops.aten.native_layer_norm_backward.default
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = backward(go, x, [192], mean, rstd, w, b, [True, True, True])
+        torch.set_num_threads(2)
+        two = backward(go, x, [192], mean, rstd, w, b, [True, True, True])
+        assert not torch.equal(one[1], two[1])  # what makes the case: another order of the sums on one thread
+        entries: list[dict] = []
+        with shadow.ShadowMode(torch.device("cpu"), entries.append, rtol=0.0, atol=0.0):
+            backward(go, x, [192], mean, rstd, w, b, [True, True, True])
+    finally:
+        torch.set_num_threads(threads)
+    (entry,) = [e for e in entries if e["op"] == str(backward)]
+    assert entry["status"] == "ok" and entry["max_abs"] == 0.0 and entry["reference_threads"] == 2
+
+
+def test_batch_norms_saved_statistics_in_eval_are_left_to_each_device():
+    """In eval, native_batch_norm's saved mean and invstd are empty on the CPU and uninitialised (C,) on CUDA
+    (and on sim, as CUDA): not compared. The normalised output still is, and in training the statistics too."""
+    from torchdevice.compare import shadow
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 8, 5, 5, generator=g), torch.randn(8, generator=g), torch.randn(8, generator=g)
+    op = torch.ops.aten.native_batch_norm.default
+    mode = shadow.ShadowMode(torch.device("cpu"), lambda entry: None, rtol=0.0, atol=0.0)
+    entry = {"index": 1, "op": str(op), "module": "", "location": "", "phase": "forward"}
+    for training in (False, True):
+        args = (x, w, b, torch.zeros(8), torch.ones(8), training, 0.1, 1e-5)
+        cpu = op(*args)
+        cuda_like = (cpu[0], torch.full((8,), float("nan")), torch.full((8,), float("nan")))
+        found = mode._compare(entry, op, args, cuda_like, cpu)
+        if training:
+            assert found["status"] == "diverged" and found["outputs"] == 3
+        else:
+            assert found["status"] == "ok" and found["outputs"] == 1
+        wrong = (cpu[0] + 1, *cuda_like[1:])
+        assert mode._compare(entry, op, args, wrong, cpu)["status"] == "diverged"
