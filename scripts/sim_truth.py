@@ -7,11 +7,11 @@ and through ``torchdevice run --backend sim`` alone (wanting it to run). One com
 Default programs: ``examples/*.py`` and ``tests/programs/*.py``. ``examples/ddp_train.py`` runs as rank
 0 of a world of 1 (compare is one process). ``--peers`` adds the project's peers (``sim_truth_peers.py``):
 the CUDA-written framework programs (HF Trainer over 2 sim devices, checked against 1 device too; diffusers'
-UNet2D under fp16/bf16 autocast in channels_last), nanoGPT's own ``train.py`` (with ``--nanogpt``) and
-transformers' own model tests on cpu and sim, torchvision's and timm's programs under ``--vision-python``),
-and says why timm and torchvision are left out where they cannot load. Prints Markdown tables (those in docs/testing.md) under the date and the machine's load; exits
-non-zero when an op went over tolerance, a run failed, the whole runs differ with no cause named, or a
-peer fell short.
+UNet2D under fp16/bf16 autocast in channels_last), nanoGPT's own ``train.py`` (with ``--nanogpt``),
+transformers' own model tests on cpu and sim, and torchvision's and timm's programs (run by
+``--vision-python``, an environment that holds them; where they do not load, the row says why). Prints
+Markdown tables (those in docs/testing.md) under the date and the machine's load; exits non-zero when an
+op went over tolerance, a run failed, the whole runs differ with no cause named, or a peer fell short.
 """
 from __future__ import annotations
 
