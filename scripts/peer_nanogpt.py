@@ -46,11 +46,16 @@ def write_dataset(root: Path, vocab: int = 65, train: int = 20000, val: int = 20
     return folder.name
 
 
+def train_settings(dataset: str, iters: int, dropout: str, dtype: str, compile: str, out: Path) -> list[str]:
+    """train.py's command line: a tiny model on ``dataset``, ``iters`` iterations, evaluated twice."""
+    return [f"--dataset={dataset}", "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64", "--batch_size=8",
+            f"--max_iters={iters}", "--eval_iters=2", f"--eval_interval={max(1, iters // 2)}", "--log_interval=1",
+            f"--dropout={dropout}", f"--dtype={dtype}", f"--compile={compile}", f"--out_dir={out}",
+            "--always_save_checkpoint=False"]
+
+
 def run(checkout: Path, backend: str, args: argparse.Namespace, dataset: str, out: Path) -> tuple[list[str], float]:
-    settings = [f"--dataset={dataset}", "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64", "--batch_size=8",
-                f"--max_iters={args.iters}", "--eval_iters=2", f"--eval_interval={max(1, args.iters // 2)}",
-                "--log_interval=1", f"--dropout={args.dropout}", f"--dtype={args.dtype}", f"--compile={args.compile}",
-                f"--out_dir={out}", "--always_save_checkpoint=False"]
+    settings = train_settings(dataset, args.iters, args.dropout, args.dtype, args.compile, out)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHDEVICE_")}
     if args.racecheck:
         env["TORCHDEVICE_SIM_RACECHECK"] = "1"  # read by sim only
@@ -63,7 +68,7 @@ def run(checkout: Path, backend: str, args: argparse.Namespace, dataset: str, ou
     return LOSS.findall(done.stdout), seconds
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", type=Path, help="a nanoGPT checkout (its train.py, model.py, configurator.py)")
     parser.add_argument("--backends", default="cpu,sim")
@@ -73,7 +78,7 @@ def main() -> int:
     parser.add_argument("--compile", default="False", choices=("False", "True"))
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--racecheck", action="store_true", help="sim's stream race checker on (TORCHDEVICE_SIM_RACECHECK=1)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     checkout = args.checkout.resolve()
     if not (checkout / "train.py").is_file():
         sys.exit(f"{checkout} has no train.py: give a nanoGPT checkout")

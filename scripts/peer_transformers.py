@@ -1,7 +1,7 @@
 """Peer run: transformers' own model tests, natively and through ``torchdevice run``, compared.
 
-    python scripts/peer_transformers.py [--models bert llama gpt2] [--backend cpu] [--workdir .peer/transformers]
-                                        [-k EXPR] [--racecheck]
+    python scripts/peer_transformers.py [--models bert llama gpt2] [--backends cpu,sim] [--workdir .peer/transformers]
+                                        [-k EXPR] [--racecheck] [--json OUT]
 
 Run it with the interpreter of an environment that has transformers (5.23.0 is what docs/testing.md
 reports), `parameterized` (its tests import it) and torchdevice installed. It downloads the sdist of the
@@ -10,22 +10,25 @@ installed transformers version (``pip download --no-binary``; cached in the work
 (``ModelTesterMixin``: the ~300 tests every transformers model runs), stubs the two helper modules the
 sdist does not ship (``tests/exporters/test_export.py``, ``tests/generation/test_utils.py``: their mixins
 are not used here), and adds a tiny BERT, Llama and GPT-2 configuration (``scripts/peer/transformers/glue_*.py``:
-the only code of ours). Then it runs ``pytest`` over them twice -- natively, and as ``torchdevice run
---backend BACKEND -m pytest`` (there ``transformers.testing_utils.torch_device`` is ``"cuda"``, so the
-tests marked GPU-only run too) -- and compares the outcomes per test from the JUnit XML of each side.
+the only code of ours). Then it runs ``pytest`` over them natively, and once per backend of ``--backends``
+(default ``cpu``) as ``torchdevice run --backend BACKEND -m pytest`` (there
+``transformers.testing_utils.torch_device`` is ``"cuda"``, so the tests marked GPU-only run too), and
+compares each translated side's outcomes per test with the native side's, from the JUnit XML of each.
 
-Exit status 1 when a test that passes natively does not pass translated, or when no test passed natively
-(the comparison would prove nothing); the table lists the regressions, and
-the tests that run only translated (GPU-only natively skipped) with their outcome.
+Exit status 1 when a test that passes natively does not pass on some backend, or when no test passed
+natively (the comparison would prove nothing); the table has a row per side, and for each backend the
+regressions are listed, and the tests that run only translated (GPU-only natively skipped) with their outcome.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -87,7 +90,7 @@ def _clean_env(racecheck: bool = False) -> dict:
 def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: list[str],
              racecheck: bool = False) -> dict[str, str]:
     """Run the staged tests; return ``{test id: passed|failed|skipped}``."""
-    xml = workdir / ("translated.xml" if translated else "native.xml")
+    xml = workdir / (f"translated-{backend}.xml" if translated else "native.xml")
     pytest = ["-m", "pytest", "tests/peer", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
               "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(workdir), f"--junitxml={xml}", *extra]
     command = [python, "-m", "torchdevice", "run", "--backend", backend, *pytest] if translated else [python, *pytest]
@@ -96,7 +99,7 @@ def run_side(python: str, workdir: Path, translated: bool, backend: str, extra: 
         xml.unlink()  # a side that crashes before pytest writes its report must not be read from the last run
     subprocess.run(command, cwd=workdir, env=_clean_env(racecheck and translated))
     if not xml.exists():
-        side = "translated" if translated else "native"
+        side = f"translated ({backend})" if translated else "native"
         raise SystemExit(f"peer_transformers: the {side} run wrote no report ({xml}): pytest did not start "
                          f"or crashed; its output is above")
     return outcomes(xml)
@@ -116,15 +119,21 @@ def outcomes(xml: Path) -> dict[str, str]:
     return found
 
 
-def compare(native: dict[str, str], translated: dict[str, str]) -> tuple[list[str], list[tuple[str, str]], str]:
-    """(regressions, tests run only translated with their outcome, the summary table)."""
+def compare(native: dict[str, str], translated: dict[str, str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """(regressions: native passes that do not pass translated, tests run only translated with their outcome)."""
     regressions = sorted(t for t, o in native.items() if o == "passed" and translated.get(t) != "passed")
     only_translated = sorted((t, o) for t, o in translated.items() if native.get(t) == "skipped" and o != "skipped")
-    rows = ["| side | passed | failed | skipped |", "|---|---:|---:|---:|"]
-    for side, outcomes in (("native", native), ("translated", translated)):
-        counts = {k: sum(1 for o in outcomes.values() if o == k) for k in ("passed", "failed", "skipped")}
-        rows.append(f"| {side} | {counts['passed']} | {counts['failed']} | {counts['skipped']} |")
-    return regressions, only_translated, "\n".join(rows)
+    return regressions, only_translated
+
+
+def table(sides: dict[str, dict[str, str]], seconds: dict[str, float]) -> str:
+    """The summary: a row per side (``native``, ``translated (BACKEND)``), its outcome counts and wall time."""
+    rows = ["| side | passed | failed | skipped | wall |", "|---|---:|---:|---:|---:|"]
+    for side, found in sides.items():
+        counts = {k: sum(1 for o in found.values() if o == k) for k in ("passed", "failed", "skipped")}
+        minutes, rest = divmod(round(seconds[side]), 60)
+        rows.append(f"| {side} | {counts['passed']} | {counts['failed']} | {counts['skipped']} | {minutes} min {rest} s |")
+    return "\n".join(rows)
 
 
 def proves_nothing(native: dict[str, str]) -> str | None:
@@ -136,38 +145,53 @@ def proves_nothing(native: dict[str, str]) -> str | None:
             f"output above (is `parameterized`, which transformers' tests import, installed?)")
 
 
+def report(backend: str, native: dict[str, str], translated: dict[str, str]) -> list[str]:
+    """Print what ran only on ``backend`` and its regressions; return the regressions."""
+    regressions, only_translated = compare(native, translated)
+    if only_translated:
+        print(f"\n{backend}: {len(only_translated)} test(s) skipped natively ran translated (GPU-only):")
+        for test, outcome in only_translated:
+            print(f"  {outcome:7} {test}")
+    if regressions:
+        print(f"\n{backend}: {len(regressions)} test(s) pass natively but not translated:")
+        for test in regressions:
+            print(f"  {translated.get(test, 'missing'):7} {test}")
+    else:
+        print(f"\n{backend}: every test that passes natively passes translated")
+    return regressions
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["bert", "llama", "gpt2"], choices=["bert", "llama", "gpt2"])
-    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--backends", "--backend", default="cpu", help="comma-separated: each runs the tests translated")
     parser.add_argument("--workdir", default=str(ROOT / ".peer" / "transformers"))
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("-k", dest="keyword")
     parser.add_argument("--racecheck", action="store_true",
-                        help="translated side: sim's stream race checker on (TORCHDEVICE_SIM_RACECHECK=1)")
+                        help="translated sides: sim's stream race checker on (TORCHDEVICE_SIM_RACECHECK=1)")
+    parser.add_argument("--json", help="write each side's outcome per test and wall seconds as JSON here")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     stage(args.python, workdir, args.models)
     extra = ["-k", args.keyword] if args.keyword else []
-    native = run_side(args.python, workdir, False, args.backend, extra)
-    translated = run_side(args.python, workdir, True, args.backend, extra, args.racecheck)
-    regressions, only_translated, table = compare(native, translated)
-    print(table)
+    sides: dict[str, dict[str, str]] = {}
+    seconds: dict[str, float] = {}
+    for backend in [None, *args.backends.split(",")]:
+        side = "native" if backend is None else f"translated ({backend})"
+        started = time.perf_counter()
+        sides[side] = run_side(args.python, workdir, backend is not None, backend or "", extra, args.racecheck)
+        seconds[side] = time.perf_counter() - started
+    print(table(sides, seconds))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"sides": sides, "seconds": seconds}, indent=1) + "\n")
+    native = sides.pop("native")
     vacuous = proves_nothing(native)
     if vacuous:
         print(f"\n{vacuous}")
         return 1
-    if only_translated:
-        print(f"\n{len(only_translated)} test(s) skipped natively ran translated (GPU-only):")
-        for test, outcome in only_translated:
-            print(f"  {outcome:7} {test}")
-    if regressions:
-        print(f"\n{len(regressions)} test(s) pass natively but not translated:")
-        for test in regressions:
-            print(f"  {translated.get(test, 'missing'):7} {test}")
-        return 1
-    print("\nevery test that passes natively passes translated")
-    return 0
+    regressions = [t for backend in args.backends.split(",") for t in report(backend, native, sides[f"translated ({backend})"])]
+    return 1 if regressions else 0
 
 
 if __name__ == "__main__":

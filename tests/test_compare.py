@@ -364,3 +364,106 @@ def test_autocast_differences_inside_a_function_are_found():
     assert autocast.differences(sim, sim) == []
     other_kernel = [("aten._fused_attention.default", bf16)]  # run on one side only: not paired
     assert autocast.differences(other_kernel, [("aten._flash_attention.default", f32)]) == []
+
+
+def test_module_names_on_threads_running_at_once_are_their_own():
+    """nn.DataParallel runs its replicas' forwards on threads of its own, at once: one shared stack of running
+    modules let them end each other's entries and the calling thread's (Trainer over 2 sim devices named ops
+    `dataparallel.gpt2lmheadmodel.transformer.wte.gpt2lmheadmodel.transformer.h.1.ln_2`)."""
+    import threading
+
+    from torchdevice.compare.shadow import ModuleTracker
+
+    together = threading.Barrier(2, timeout=30)
+    seen: dict[str, list] = {"replica": [], "inner": []}
+
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            together.wait()  # both threads inside Inner at once
+            seen["inner"].append(tracker.path)
+            together.wait()
+            return x
+
+    class Replica(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            mine = tracker.path
+            self.inner(x)
+            seen["replica"].append((mine, tracker.path))
+            return x
+
+    class Parallel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.replicas = [Replica(), Replica()]  # not submodules: DataParallel's replicas are copies
+
+        def forward(self, x):
+            threads = [threading.Thread(target=replica, args=(x,)) for replica in self.replicas]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            seen["parallel"] = tracker.path
+            return x
+
+    parallel = Parallel()
+    with ModuleTracker() as tracker:
+        parallel(torch.ones(1))
+        assert tracker.stack == []
+    assert seen["parallel"] == "parallel"
+    assert [after for mine, after in seen["replica"]] == [mine for mine, after in seen["replica"]]
+    assert sorted(seen["inner"]) == sorted(f"{mine}.inner" for mine, _ in seen["replica"])
+    assert all(mine and "parallel" not in mine for mine, _ in seen["replica"])
+
+
+def test_an_op_whose_cpu_kernel_sums_per_thread_is_compared_on_the_programs_thread_count():
+    """The reference runs on one intra-op thread; layer_norm's backward sums dgamma and dbeta per thread, so on
+    one thread it gives other bits than the program's two (a ViT's norms over tolerance under compare). An op
+    over tolerance is run again with the program's threads, and that comparison stands."""
+    from torchdevice.compare import shadow
+
+    g = torch.Generator().manual_seed(0)
+    x, go = torch.randn(136, 192, generator=g) * 3 + 1, torch.randn(136, 192, generator=g) * 65536
+    w, b = torch.randn(192, generator=g), torch.randn(192, generator=g)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [192], w, b, 1e-6)
+    backward = torch.ops.aten.native_layer_norm_backward.default
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = backward(go, x, [192], mean, rstd, w, b, [True, True, True])
+        torch.set_num_threads(2)
+        two = backward(go, x, [192], mean, rstd, w, b, [True, True, True])
+        assert not torch.equal(one[1], two[1])  # what makes the case: another order of the sums on one thread
+        entries: list[dict] = []
+        with shadow.ShadowMode(torch.device("cpu"), entries.append, rtol=0.0, atol=0.0):
+            backward(go, x, [192], mean, rstd, w, b, [True, True, True])
+    finally:
+        torch.set_num_threads(threads)
+    (entry,) = [e for e in entries if e["op"] == str(backward)]
+    assert entry["status"] == "ok" and entry["max_abs"] == 0.0 and entry["reference_threads"] == 2
+
+
+def test_batch_norms_saved_statistics_in_eval_are_left_to_each_device():
+    """In eval, native_batch_norm's saved mean and invstd are empty on the CPU and uninitialised (C,) on CUDA
+    (and on sim, as CUDA): not compared. The normalised output still is, and in training the statistics too."""
+    from torchdevice.compare import shadow
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 8, 5, 5, generator=g), torch.randn(8, generator=g), torch.randn(8, generator=g)
+    op = torch.ops.aten.native_batch_norm.default
+    mode = shadow.ShadowMode(torch.device("cpu"), lambda entry: None, rtol=0.0, atol=0.0)
+    entry = {"index": 1, "op": str(op), "module": "", "location": "", "phase": "forward"}
+    for training in (False, True):
+        args = (x, w, b, torch.zeros(8), torch.ones(8), training, 0.1, 1e-5)
+        cpu = op(*args)
+        cuda_like = (cpu[0], torch.full((8,), float("nan")), torch.full((8,), float("nan")))
+        found = mode._compare(entry, op, args, cuda_like, cpu)
+        if training:
+            assert found["status"] == "diverged" and found["outputs"] == 3
+        else:
+            assert found["status"] == "ok" and found["outputs"] == 1
+        wrong = (cpu[0] + 1, *cuda_like[1:])
+        assert mode._compare(entry, op, args, wrong, cpu)["status"] == "diverged"

@@ -3,6 +3,7 @@ the peer run itself is by hand, see docs/testing.md)."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from pathlib import Path
 
@@ -20,11 +21,29 @@ def peer():
 def test_a_native_pass_that_does_not_pass_translated_is_a_regression(peer):
     native = {"a": "passed", "b": "passed", "c": "skipped", "d": "failed", "e": "passed"}
     translated = {"a": "passed", "b": "failed", "c": "passed", "d": "passed"}  # e missing: the run stopped
-    regressions, only_translated, table = peer.compare(native, translated)
+    regressions, only_translated = peer.compare(native, translated)
     assert regressions == ["b", "e"]
     assert only_translated == [("c", "passed")]
-    assert "| native | 3 | 1 | 1 |" in table and "| translated | 3 | 1 | 0 |" in table
     assert peer.compare(native, dict(native))[0] == []
+
+
+def test_the_table_has_a_row_per_side_with_its_counts_and_wall_time(peer):
+    sides = {"native": {"a": "passed", "b": "skipped"}, "translated (sim)": {"a": "failed", "b": "passed"}}
+    table = peer.table(sides, {"native": 61.4, "translated (sim)": 5.0})
+    assert "| native | 1 | 0 | 1 | 1 min 1 s |" in table and "| translated (sim) | 1 | 1 | 0 | 0 min 5 s |" in table
+
+
+def test_every_backend_is_compared_with_the_native_side(peer, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(peer, "stage", lambda python, workdir, models: workdir)
+    found = {"": {"t": "passed", "gpu": "skipped"}, "cpu": {"t": "passed", "gpu": "passed"}, "sim": {"t": "failed"}}
+    monkeypatch.setattr(peer, "run_side", lambda python, workdir, translated, backend, extra, racecheck: found[backend])
+    assert peer.main(["--backends", "cpu,sim", "--workdir", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 1
+    out = capsys.readouterr().out
+    assert "cpu: every test that passes natively passes translated" in out and "passed  gpu" in out
+    assert "sim: 1 test(s) pass natively but not translated:\n  failed  t" in out
+    assert json.loads((tmp_path / "r.json").read_text())["sides"]["translated (sim)"] == {"t": "failed"}
+    found["sim"] = {"t": "passed"}
+    assert peer.main(["--backends", "cpu,sim", "--workdir", str(tmp_path)]) == 0
 
 
 def test_a_run_where_nothing_passed_natively_proves_nothing(peer):

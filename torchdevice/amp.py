@@ -60,7 +60,7 @@ import torch.amp.autocast_mode as _autocast_mode
 import torch.amp.grad_scaler as _grad_scaler
 import torch.cuda.amp as _cuda_amp
 
-from . import trace
+from . import amp_rules, trace
 from .backend import STATUS_ATTR, Status
 
 if TYPE_CHECKING:
@@ -293,6 +293,7 @@ def _autocast_init(plan: _Plan, base_init: Callable[..., None]) -> Callable[...,
         if is_source(device_type):
             asked = dtype, enabled
             device_type, dtype, enabled = autocast_args(device_type, dtype, enabled)
+            amp_rules.refresh()  # rules of a library the program imported since (torchvision's C++ kernels)
             if trace.active:
                 trace.note("torch.autocast", _handled(how, asked, dtype, enabled))
         elif enabled and dtype is not None and dtype not in _FAST and device_type != "cuda":
@@ -315,6 +316,7 @@ def _cuda_autocast_init(plan: _Plan, base_init: Callable[..., None],
         # dtype defaults to None (not CUDA's float16) so the target's default applies
         asked = dtype, enabled
         device_type, dtype, enabled = plan.autocast_args("cuda", dtype, enabled)
+        amp_rules.refresh()
         if trace.active:
             trace.note("torch.cuda.amp.autocast", _handled(how, asked, dtype, enabled))
         base_init(self, device_type, dtype, enabled, cache_enabled)

@@ -8,7 +8,9 @@ have no rule, so an fp16 activation meets an fp32 argument and the op refuses th
 
 While translation is on, each op outside ``aten`` with a kernel for the source's autocast key and none
 for the target's gets one there (mirrored), both those registered before :func:`install` (a scan of
-the dispatcher) and after (``register_autocast`` is wrapped). The mirrored kernel casts as the rule does:
+the dispatcher) and after: ``register_autocast`` is wrapped, and a C++ library loaded later (torchvision
+imported by the program, its kernels registered as it loads) is found by :func:`refresh`, which a
+translated ``torch.autocast`` calls as it starts. The mirrored kernel casts as the rule does:
 
 * a rule registered from Python: its ``cast_inputs`` dtype, read from the registration (floating
   inputs cast to it, the op run with autocast off, as torch's own kernel does);
@@ -22,6 +24,7 @@ aten's ops keep the target's own lists (the CPU's on the cpu backend, CUDA's on 
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Callable
 
 import torch
@@ -33,6 +36,8 @@ from .router import Target
 _libraries: list[torch.library.Library] = []  # the mirrored kernels' registrations, destroyed by uninstall()
 _mirrored: set[str] = set()
 _FP32_CONVENTION = None  # the policy of a rule that cannot be read (a C++ kernel)
+_keys: tuple[str, str, str, str] | None = None  # (source, source_key, target type, target_key) while installed
+_scanned_at: tuple[int, int] = (0, 0)  # (modules imported, libraries loaded) at the last scan
 
 
 def _key(device_type: str) -> str:
@@ -55,20 +60,43 @@ def install(patcher: Patcher, target: Target) -> None:
     source_key, target_key = _key(source), _key(tt)
     if source_key == target_key:
         return
-    for name in torch._C._dispatch_get_registrations_for_dispatch_key(source_key):
-        if not name.startswith(("aten::", "prims::")):
-            _mirror(name, source, source_key, tt, target_key)
+    global _keys
+    _keys = (source, source_key, tt, target_key)
+    _scan()
     wrapped = torch.library.register_autocast
     patcher.set(torch.library, "register_autocast", _after(wrapped, source, source_key, tt, target_key))
     opdef = torch._library.custom_ops.CustomOpDef
     patcher.set(opdef, "register_autocast", _method_after(opdef.register_autocast, source, source_key, tt, target_key))
 
 
+def refresh() -> None:
+    """Mirror the rules of libraries loaded since the last scan. Cheap when none was: the scan (about 0.5 ms)
+    runs only when a module was imported or a library loaded (``torch.ops.load_library``) since."""
+    if _keys is not None and _loaded() != _scanned_at:
+        _scan()
+
+
 def uninstall() -> None:
+    global _keys
+    _keys = None
     for library in _libraries:
         library._destroy()
     _libraries.clear()
     _mirrored.clear()
+
+
+def _loaded() -> tuple[int, int]:
+    return len(sys.modules), len(torch.ops.loaded_libraries)
+
+
+def _scan() -> None:
+    """Mirror every rule registered for the source's autocast key (outside aten and prims)."""
+    global _scanned_at
+    assert _keys is not None
+    _scanned_at = _loaded()
+    for name in torch._C._dispatch_get_registrations_for_dispatch_key(_keys[1]):
+        if not name.startswith(("aten::", "prims::")):
+            _mirror(name, *_keys)
 
 
 def _after(register: Callable[..., Any], source: str, source_key: str, tt: str, target_key: str) -> Callable[..., Any]:

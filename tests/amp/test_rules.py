@@ -7,6 +7,7 @@ casts to, computed natively by the op on float32 inputs."""
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 import torch
@@ -117,3 +118,30 @@ def test_a_rule_is_mirrored_onto_a_key_pythons_enum_does_not_name(router_state, 
     with registered(backend), torchdevice.use(backend.name), torchdevice.patched():
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::mtiarule", "AutocastMTIA")
     assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::mtiarule", "AutocastMTIA")
+
+
+def test_a_rule_of_a_library_imported_while_translating_casts_on_the_target(on_target, library, tmp_path,
+                                                                            monkeypatch):
+    """A library imported by the program after translation started, registering a kernel for AutocastCUDA as
+    it loads (torchvision's C++ kernels, under ``torchdevice run``): the next ``torch.autocast("cuda")``
+    mirrors it."""
+    namespace, _ = library
+    (tmp_path / "tdamprules_lib.py").write_text(
+        "import torch\n"
+        f"lib = torch.library.Library({namespace!r}, 'FRAGMENT')\n"
+        "lib.define('late(Tensor a, Tensor b) -> Tensor')\n"
+        "lib.impl('late', lambda a, b: None, 'AutocastCUDA')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tdamprules_lib", raising=False)
+    with torchdevice.patched():
+        import tdamprules_lib
+
+        tdamprules_lib.lib.impl("late", _strict, "CompositeExplicitAutograd")
+        op = getattr(torch.ops, namespace).late
+        a, b = _half_and_full()
+        with torch.autocast("cuda", dtype=torch.float16):
+            half = a @ a
+            out = op(half, b)
+    tdamprules_lib.lib._destroy()
+    assert out.dtype == torch.float16
+    assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())

@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import run_command
+from helpers import run_command, run_concurrently
 
 HERE = Path(__file__).parent
 ENV_FLAG = "TORCHDEVICE_FRAMEWORK_TESTS"  # "1" in py311 and frameworks: a framework missing there fails, never skips
@@ -402,6 +402,27 @@ def test_trainer_tf32_is_answered_from_the_translated_capability(capability):
         assert run["fp32_precision"] == "tf32" and all_dtypes(run["seen"]) == {"torch.float32"}
     else:
         assert result.returncode != 0 and "--tf32 requires Ampere" in result.stderr
+
+
+@FULL
+def test_trainer_over_two_sim_devices_trains_as_over_one():
+    """Trainer wraps the model in ``nn.DataParallel`` when ``device_count() > 1``: on 2 sim devices (the batch
+    split in two, scattered, replicated, gathered) it gives the losses and weights of 1 (``CUDA_VISIBLE_DEVICES=0``),
+    the global batch the same, up to the order of float sums. sim's truth run (scripts/sim_truth.py --peers) runs
+    it too; in-process DataParallel on sim is the sim suite's."""
+    need("transformers")
+    need("accelerate")
+    jobs = {gpus: (run_command, ([sys.executable, "-m", "torchdevice", "run", "--backend", "sim",
+                                  str(HERE / "trainer_dataparallel.py")],),
+                   {"env": {"CUDA_VISIBLE_DEVICES": visible}, "timeout": 240})
+            for gpus, visible in ((2, "0,1"), (1, "0"))}
+    done = run_concurrently(jobs)
+    two, one = last_json(done[2]), last_json(done[1])
+    assert "n_gpu 2, cuda.device_count() 2, model wrapped in DataParallel" in done[2].stderr
+    assert "n_gpu 1, cuda.device_count() 1, model wrapped in GPT2LMHeadModel" in done[1].stderr
+    assert two["losses"] == pytest.approx(one["losses"], rel=1e-6, abs=0)
+    assert two["param_sum"] == pytest.approx(one["param_sum"], rel=1e-6, abs=0)
+    assert len(two["losses"]) == 3 and two["losses"][0] != two["losses"][-1]
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX subprocess environment")

@@ -6,6 +6,9 @@ run. For each ATen op it (1) copies the op's tensor inputs to the reference back
 ``.to("cpu")`` is a plain host tensor), (2) runs the op on B as usual, (3) runs it on the copies, (4) compares
 every tensor output (and ``.item()``'s number) with :func:`torchdevice.compare.metrics.errors`. Each op's
 error is therefore its own: the reference starts from B's inputs, never from its own earlier results.
+The reference runs each op on one intra-op thread (fast on a small machine); an op over tolerance that
+mutates nothing is run again with the program's thread count, and that comparison stands: CPU kernels
+that split a reduction per thread sum in another order on one (``reference_threads`` in its entry).
 
 Not re-run on the reference: random ops (tagged ``nondeterministic_seeded``: re-running them would draw from
 the reference's generator and change the program's random stream; they are recorded with status
@@ -28,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 import types
 import weakref
 from collections.abc import Collection
@@ -47,6 +51,13 @@ if TYPE_CHECKING:
 TOP_LEVEL = "(top level)"
 _EMPTY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 _NONDET = getattr(torch.Tag, "nondeterministic_seeded", None)
+
+#: op -> (when, outputs): outputs whose content torch leaves to each device when ``when(args)`` holds, so they are
+#: not compared. ``native_batch_norm`` in eval: the saved statistics are empty on the CPU and CUDA's kernel leaves
+#: them uninitialised, shaped (C,) (torch._decomp's native_batch_norm_helper: "annoying inconsistency").
+_UNSPECIFIED: dict[str, tuple[Callable[[tuple[Any, ...]], bool], frozenset[int]]] = {
+    "aten.native_batch_norm.default": (lambda args: len(args) > 5 and not args[5], frozenset({1, 2})),
+}
 _UNRUN = object()
 
 
@@ -106,20 +117,34 @@ def program_location(skip: int = 2) -> str:
 
 # -- which module an op ran in -------------------------------------------------------------------------------
 
+class _Running(threading.local):
+    """The modules running on one thread. ``nn.DataParallel`` runs its replicas' forwards on threads of its
+    own, at once: on one shared stack their calls interleaved, ended each other's entries and the calling
+    thread's, and named modules by the wrong parents."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.modules: list[torch.nn.Module] = []
+        self.inputs: list[set[int]] = []
+
+
 class ModuleTracker:
-    """Global forward pre/post hooks keeping the stack of modules running; :meth:`path` names the innermost.
+    """Global forward pre/post hooks keeping the stack of modules running on each thread; :meth:`path` names
+    the calling thread's innermost.
 
     The outermost module seen (a *root*) is named by the program's variable holding it (``model``), else
     by its class in lower case; its submodules by ``named_modules()`` below it (``model.h.3.mlp.act``).
     """
 
     def __init__(self) -> None:
-        self.stack: list[str] = []
-        self._modules: list[torch.nn.Module] = []
+        self._running = _Running()
         self._names: dict[int, tuple[weakref.ref, str]] = {}
         self._handles: list = []
-        self._inputs: list[set[int]] = []
         self.tag_graph = True  # name backward ops after the module whose forward made their node
+
+    @property
+    def stack(self) -> list[str]:
+        return self._running.stack
 
     def __enter__(self) -> ModuleTracker:
         from torch.nn.modules import module as nn_module
@@ -141,8 +166,8 @@ class ModuleTracker:
         entry = self._names.get(id(module))
         if entry is not None and entry[0]() is module:
             return entry[1]
-        if self._modules:  # a submodule: named below the innermost running module that holds it
-            for parent, parent_path in zip(reversed(self._modules), reversed(self.stack)):
+        if self._running.modules:  # a submodule: named below the innermost running module that holds it
+            for parent, parent_path in zip(reversed(self._running.modules), reversed(self.stack)):
                 self._index(parent, parent_path)
                 entry = self._names.get(id(module))
                 if entry is not None and entry[0]() is module:
@@ -169,17 +194,19 @@ class ModuleTracker:
         return type(module).__name__.lower()
 
     def _pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        self.stack.append(self._name_of(module))
-        self._modules.append(module)
+        running = self._running
+        running.stack.append(self._name_of(module))
+        running.modules.append(module)
         if self.tag_graph:
             leaves, _ = tree_flatten(args)
-            self._inputs.append({id(t.grad_fn) for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None})
+            running.inputs.append({id(t.grad_fn) for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None})
 
     def _post(self, module: torch.nn.Module, args: tuple[Any, ...], output: object) -> None:
-        while self._modules:
-            top = self._modules.pop()
-            path = self.stack.pop()
-            inputs = self._inputs.pop() if self.tag_graph and self._inputs else set()
+        running = self._running
+        while running.modules:
+            top = running.modules.pop()
+            path = running.stack.pop()
+            inputs = running.inputs.pop() if self.tag_graph and running.inputs else set()
             if top is module:
                 if self.tag_graph and torch.is_grad_enabled():
                     _tag_graph(output, inputs, path)
@@ -300,10 +327,28 @@ class ShadowMode(TorchDispatchMode):
             except Exception as exc:  # noqa: BLE001
                 self.record({**entry, "status": f"reference failed: {type(exc).__name__}: {first_line(exc)}"})
                 return out
-            self.record(self._compare(entry, func, args, out, ref_out))
+            found = self._compare(entry, func, args, out, ref_out)
+            if found["status"] == "diverged" and threads > 1 and skip is None and not func._schema.is_mutable:
+                found = self._on_the_programs_threads(found, func, args, out, ref_args, ref_kwargs, threads)
+            self.record(found)
         finally:
             torch.set_num_threads(threads)
         return out
+
+    def _on_the_programs_threads(self, found: dict, func: OpOverload, args: tuple[Any, ...], out: object,
+                                 ref_args: tuple[Any, ...], ref_kwargs: dict[str, Any], threads: int) -> dict:
+        """An op over tolerance, re-run on the reference with the program's intra-op threads: a reduction a CPU
+        kernel splits per thread (layer_norm's backward: dgamma, dbeta) sums in another order on one thread.
+        The comparison with the reference as the program runs it stands (the op's inputs are untouched: it
+        mutates none)."""
+        torch.set_num_threads(threads)
+        try:
+            ref_out = func(*ref_args, **ref_kwargs)
+        except Exception:  # noqa: BLE001 - it ran on one thread: keep that comparison
+            return found
+        again = self._compare({k: found[k] for k in ("index", "op", "module", "location", "phase")}, func, args,
+                              out, ref_out)
+        return {**again, "reference_threads": threads}
 
     def _random(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], out: object = _UNRUN) -> object:
         """Record a random op that drew from B's generator (run it first where it has not run)."""
@@ -346,7 +391,11 @@ class ShadowMode(TorchDispatchMode):
         refs, _ = tree_flatten(ref_out)
         found: dict | None = None
         compared = 0
-        for o, r in zip(outs, refs):
+        when, unspecified = _UNSPECIFIED.get(str(func), (None, frozenset()))
+        skipped = unspecified if when is not None and when(args) else frozenset()
+        for n, (o, r) in enumerate(zip(outs, refs)):
+            if n in skipped:
+                continue
             if isinstance(o, torch.Tensor) and isinstance(r, torch.Tensor):
                 err = metrics.errors(o, r, self.rtol, self.atol)
             elif isinstance(o, (int, float, bool)) and isinstance(r, (int, float, bool)) and func.__name__.startswith(

@@ -81,8 +81,8 @@ of their own device type, memory the CPU kernels refuse, one allocator per devic
 16 bytes, seed and offset). Translated, `CUDA_VISIBLE_DEVICES` selects and orders sim's devices as CUDA's
 driver does (empty: none, `is_available()` False); `nn.DataParallel` runs over them (`torch.nn.parallel.comm`
 is routed as `torch.cuda.comm` is); autocast rules libraries register for CUDA (`AutocastCUDA` kernels,
-`torch.library.register_autocast(op, "cuda", ...)`) apply on sim's and the CPU's autocast
-(`torchdevice.amp_rules`). Its statuses above are
+`torch.library.register_autocast(op, "cuda", ...)`, a library imported before translation or after)
+apply on sim's and the CPU's autocast (`torchdevice.amp_rules`). Its statuses above are
 checked by running them (`tox -e sim`: the plugin's tests, CUDA programs translated onto it, DDP on 2 ranks,
 `torch.compile`).
 
