@@ -26,7 +26,7 @@ from torchdevice.port import port_source
 ROOT = Path(__file__).resolve().parents[3]
 #: program -> (source family, arguments, where it writes its JSON: "out" (--out FILE) or "stdout")
 PROGRAMS = {
-    "examples/train_cuda.py": ("cuda", ["--quiet", "--epochs", "1"], "out"),  # 16 steps: numbers enough
+    "examples/train_cuda.py": ("cuda", ["--quiet"], "out"),
     "examples/inference_cuda.py": ("cuda", [], "out"),
     "examples/streams_cuda.py": ("cuda", [], "out"),
     "tests/programs/compare_mlp.py": ("cuda", [], "text"),

@@ -170,14 +170,10 @@ def _run(args: list[str], out: Path, env: dict | None = None) -> dict:
     return json.loads(out.read_text())
 
 
-#: train_cuda.py's arguments here: one epoch (16 steps) gives every number to compare; the second added only time
-ONE_EPOCH = ["--epochs", "1"]
-
-
 def test_train_cuda_translated_onto_sim_equals_the_native_sim_port(tmp_path):
-    translated = _run([sys.executable, "-m", "torchdevice", "run", "--backend", "sim", str(EXAMPLES / "train_cuda.py"),
-                       *ONE_EPOCH], tmp_path / "translated.json")
-    native = _run([sys.executable, str(EXAMPLES / "ported" / "train_sim.py"), *ONE_EPOCH], tmp_path / "native.json")
+    translated = _run([sys.executable, "-m", "torchdevice", "run", "--backend", "sim", str(EXAMPLES / "train_cuda.py")],
+                      tmp_path / "translated.json")
+    native = _run([sys.executable, str(EXAMPLES / "ported" / "train_sim.py")], tmp_path / "native.json")
     translated.pop("train_ms")
     native.pop("train_ms")
     assert translated == native
@@ -193,8 +189,8 @@ def test_train_cuda_in_full_precision_gives_the_cpu_backends_numbers(tmp_path):
                        .replace("nn.Dropout(0.1)", "nn.Dropout(0.0)"))
     results = {}
     for backend in ("sim", "cpu"):
-        results[backend] = _run([sys.executable, "-m", "torchdevice", "run", "--backend", backend, str(program),
-                                 *ONE_EPOCH], tmp_path / f"{backend}.json")
+        results[backend] = _run([sys.executable, "-m", "torchdevice", "run", "--backend", backend, str(program)],
+                                tmp_path / f"{backend}.json")
     for key in ("losses", "eval_loss", "accuracy", "restored_eval_loss", "param_sum", "grad_scale"):
         assert results["sim"][key] == results["cpu"][key], key
 
