@@ -8,6 +8,7 @@ checks that docs/distributed.md lists exactly these rows and that each is answer
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import sys
 from collections import defaultdict
@@ -58,9 +59,10 @@ def _asked(node: ast.AST) -> str | None:
     return None
 
 
+@functools.cache  # parsing torch's distributed sources takes about 2 s; the table and the tests read them once
 def sites(torch_dir: str) -> dict[tuple[str, str], list[int]]:
     """``{(file relative to torch, API asked): [line, ...]}`` for every audited site in code (docstrings and
-    comments, which name ``torch.cuda.set_device`` in examples, are not code)."""
+    comments, which name ``torch.cuda.set_device`` in examples, are not code). Cached: do not change it."""
     rows: dict[tuple[str, str], set[int]] = defaultdict(set)
     for path in _files(torch_dir):
         rel = os.path.relpath(path, torch_dir).replace(os.sep, "/")

@@ -261,9 +261,16 @@ def _run(translated: bool, *args: str, backend: str = "cpu") -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def native_mnist() -> dict:
+    """The program run natively with ``--compile``: the reference of both tests below (``--compile`` adds a
+    compiled evaluation after the training; the losses are the same with it or without)."""
+    return _run(False, "--compile")
+
+
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="the native run would take its accelerator path")
-def test_the_device_agnostic_mnist_takes_its_accelerator_path_with_the_native_numbers():
-    native = _run(False, "--compile")
+def test_the_device_agnostic_mnist_takes_its_accelerator_path_with_the_native_numbers(native_mnist):
+    native = native_mnist
     translated = _run(True, "--compile")
     assert (native["accelerator"], native["device"]) == (False, "cpu")
     assert (translated["accelerator"], translated["device"], translated["device_type"]) == (True, "cuda", "cuda")
@@ -273,9 +280,9 @@ def test_the_device_agnostic_mnist_takes_its_accelerator_path_with_the_native_nu
 
 
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="the native run would take its accelerator path")
-def test_the_device_agnostic_mnist_on_mlx_gives_the_native_numbers():
+def test_the_device_agnostic_mnist_on_mlx_gives_the_native_numbers(native_mnist):
     _backend("mlx")
-    native = _run(False)
+    native = native_mnist
     translated = _run(True, backend="mlx")
     assert (translated["accelerator"], translated["device"]) == (True, "cuda")
     assert translated["losses"] == pytest.approx(native["losses"], abs=1e-5)

@@ -13,13 +13,16 @@ from torchdevice import autoload, translate
 STATE = """\
 import json, sys, warnings
 import torch
+torchdevice_at_import = any(m.startswith('torchdevice') for m in sys.modules)
 import torchdevice.autoload, torchdevice.translate
 print("STATE " + json.dumps({
+    "torchdevice_at_import": torchdevice_at_import,
     "outcome": torchdevice.autoload.outcome,
     "patched": torchdevice.translate.is_patched(),
     "cuda_available": torch.cuda.is_available(),
     "cuda_tensor_on": torch.zeros(1, device="cuda").device.type
         if torchdevice.translate.is_patched() else None,
+    "plugin_modules": sorted(m for m in sys.modules if m.startswith(("torchdevice_", "mlx"))),
 }))
 """
 
@@ -100,9 +103,9 @@ def test_import_torchdevice_first_still_activates():
     assert out.stdout.split() == ["True", "cpu"], out.stderr
 
 
-def test_nothing_imported_when_not_asked():
-    out = run_python("import sys, torch; print(any(m.startswith('torchdevice') for m in sys.modules))")
-    assert out.stdout.strip() == "False", out.stderr
+def test_nothing_imported_when_not_asked(imports):
+    r = imports["plain"]  # what `import torch` imported, read before the probe imports torchdevice itself
+    assert r.returncode == 0 and _state(r)["torchdevice_at_import"] is False, r
 
 
 @pytest.fixture(scope="module")
@@ -219,11 +222,9 @@ def test_children_inherit_translation(tmp_path):
     assert out["subprocess"] == [True, "cpu"]
 
 
-def test_a_named_backend_imports_no_other_plugin():
+def test_a_named_backend_imports_no_other_plugin(imports):
     """TORCHDEVICE_BACKEND=cpu: no plugin distribution is imported (activation cost)."""
-    from helpers import run_python
-
-    code = ("import sys, torch; assert torch.zeros(1, device='cuda').device.type == 'cpu'; "
-            "print(sorted(m for m in sys.modules if m.startswith(('torchdevice_', 'mlx'))))")
-    result = run_python(code, env={"TORCHDEVICE_BACKEND": "cpu"})
-    assert result.returncode == 0 and result.stdout.strip() == "[]", str(result)
+    result = imports["backend"]  # the probe's last reading, after a tensor made on "cuda"
+    state = _state(result)
+    assert result.returncode == 0 and state["cuda_tensor_on"] == "cpu", str(result)
+    assert state["plugin_modules"] == [], str(result)

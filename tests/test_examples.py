@@ -20,6 +20,9 @@ EXAMPLES = ROOT / "examples"
 NAMES = {"train": ("train_cuda.py", "train_cpu.py"),
          "streams": ("streams_cuda.py", "streams_cpu.py"),
          "inference": ("inference_cuda.py", "inference_cpu.py")}
+#: every example's own arguments, the same for its three runs: one epoch of training is 16 steps, as many
+#: numbers to compare and enough to see it learn (the default two took half of this module's time)
+ARGS = {"train": ["--epochs", "1"], "streams": [], "inference": []}
 #: measured, so never compared for equality
 MEASURED = {"train_ms", "peak_memory_bytes", "memory_bytes", "elapsed_ms", "middle_ms", "images_per_s"}
 
@@ -40,10 +43,11 @@ def outputs(tmp_path_factory):
     td = torchdevice_script()
     jobs = {}
     for name, (cuda, cpu) in NAMES.items():
-        jobs[(name, "run")] = (_run, ([td, "run", str(EXAMPLES / cuda)], tmp / f"{name}-run.json"), {})
-        jobs[(name, "zero_code")] = (_run, ([sys.executable, str(EXAMPLES / cuda)], tmp / f"{name}-zero.json"),
+        args = ARGS[name]
+        jobs[(name, "run")] = (_run, ([td, "run", str(EXAMPLES / cuda), *args], tmp / f"{name}-run.json"), {})
+        jobs[(name, "zero_code")] = (_run, ([sys.executable, str(EXAMPLES / cuda), *args], tmp / f"{name}-zero.json"),
                                      {"env": {"TORCHDEVICE_BACKEND": "cpu"}})
-        jobs[(name, "ported")] = (_run, ([sys.executable, str(EXAMPLES / "ported" / cpu)],
+        jobs[(name, "ported")] = (_run, ([sys.executable, str(EXAMPLES / "ported" / cpu), *args],
                                          tmp / f"{name}-ported.json"), {})
     return run_concurrently(jobs)  # a failing run fails its own example's test only
 

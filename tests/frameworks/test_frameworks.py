@@ -447,19 +447,25 @@ def test_diffusers_model_cpu_offload_finds_the_translated_accelerator():
 
 
 
+@pytest.fixture(scope="module")
+def diffusers_load_port() -> dict:
+    """``diffusers_load.py``'s hand port (``--device cpu``) run natively: the reference of every backend's run."""
+    need("diffusers")
+    need("accelerate")  # diffusers' device_map loading goes through it
+    return last_json(native("diffusers_load.py", "--device", "cpu"))
+
+
 @pytest.mark.parametrize("backend", ["cpu", "sim", pytest.param("mlx", marks=pytest.mark.frameworks_full)])
-def test_diffusers_from_pretrained_onto_cuda_translated_matches_its_port(backend):
+def test_diffusers_from_pretrained_onto_cuda_translated_matches_its_port(backend, diffusers_load_port):
     """diffusers' loader reads a safetensors checkpoint straight onto ``device_map="cuda"``: translated,
     the weights land on the target, equal to the saved ones, and the forward pass gives the port's output
     (bit for bit on cpu, the CPU's kernels on both sides; within 1e-5 on mlx and sim, whose kernels differ)."""
-    need("diffusers")
-    need("accelerate")  # diffusers' device_map loading goes through it
     if backend == "mlx":
         need("mlx.core")
     result = run_command([sys.executable, "-m", "torchdevice", "run", "--backend", backend,
                           str(HERE / "diffusers_load.py")], timeout=300)
     run = last_json(result)
-    port = last_json(native("diffusers_load.py", "--device", "cpu"))
+    port = diffusers_load_port
     assert run["on_device"] and not port["on_device"] and run["equal"] and port["equal"]
     if backend == "cpu":
         assert run["out"] == port["out"] and run["out_sum"] == port["out_sum"]

@@ -91,12 +91,12 @@ def test_a_natively_saved_adapter_loads_onto_mlx_translated(cpu_runs):
     pytest.importorskip("mlx.core")
     root, _, port = cpu_runs
     run = last_json(translated("mlx", "--out", str(root / "native"), "--load-only"))
-    reference = last_json(native("--out", str(root / "native"), "--load-only"))
+    # the reference: the port's outputs from its own reload of what it saved (the same seeded ids; the reload is
+    # the trained model: the port's reloaded_equal and inferred_equal, asserted above), no second native process
     assert run["base_is_cuda"] and run["lora_is_cuda"]
-    assert run["logits_sum"] == pytest.approx(reference["logits_sum"], abs=1e-4)
+    assert run["logits_sum"] == pytest.approx(port["logits_sum"], abs=1e-4)
     flat = [x for row in run["logits"] for x in row]
-    assert flat == pytest.approx([x for row in reference["logits"] for x in row], abs=1e-5)
-    assert reference["logits_sum"] == port["logits_sum"]  # the reload is the trained model
+    assert flat == pytest.approx([x for row in port["logits"] for x in row], abs=1e-5)
 
 
 def native_on_sim(*args: str):
