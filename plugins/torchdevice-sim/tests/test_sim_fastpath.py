@@ -7,6 +7,7 @@ in stream order, events and asynchronous errors as before, and the race checker 
 from __future__ import annotations
 
 import collections
+import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -230,3 +231,69 @@ def test_foreach_ops_report_races_to_the_checker(checked):
     side = checked.Stream()
     with checked.stream(side), pytest.raises(SimRaceError, match="write-after-write|read-after-write"):
         torch._foreach_add_([x], 2.0)
+
+
+STRUCTURED: dict[str, Callable[..., torch.Tensor]] = {  # functional and in-place variants of structured ops
+    "add": lambda a, b, t: torch.add(a, b, alpha=2),
+    "broadcast": lambda a, b, t: a.t() + b[:1],
+    "add_": lambda a, b, t: a.add_(b[:, :1]),
+    "addmm": lambda a, b, t: torch.addmm(b[0], a, b.t()),
+    "mm_transposed": lambda a, b, t: a.t() @ b[:, :5],  # out smaller than an input: a scratch out, copied
+    "sum": lambda a, b, t: a.sum(1, keepdim=True),
+    "mse_loss": lambda a, b, t: F.mse_loss(a, b),  # its CPU out= kernel grows a 0-dim out while it works
+    "log_softmax": lambda a, b, t: torch.log_softmax(a, 0),
+    "threshold_backward": lambda a, b, t: torch.ops.aten.threshold_backward(a, b, 0.0),
+    "nll_loss": lambda a, b, t: F.nll_loss(a, t),
+    "bool_result": lambda a, b, t: torch.eq(a > 0, b[0] > 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURED))
+def test_structured_ops_run_sims_kernel_with_the_cpus_numbers_and_the_meta_layout(synced, name):
+    """A structured op's functional and in-place variants have sim's kernel (the fast path, the CPU's out=
+    kernel writing the fresh device tensor) instead of torch's wrapper running the meta function each call:
+    the CPU's numbers bitwise, the Meta kernel's layout (what torch.compile's fake tensors promise), no
+    warning (an out= kernel growing a non-empty out warns), nothing through Python."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(16, 16), torch.randn(16, 16), torch.randint(0, 16, (16,))]
+    expected = STRUCTURED[name](*[t.clone() for t in inputs])
+    meta = STRUCTURED[name](*[t.to("meta") for t in inputs])
+    on_sim = [t.to("sim") for t in inputs]
+    synced.synchronize()
+    seen, stop = _python_fallback_calls()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = STRUCTURED[name](*on_sim)
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+    assert got.device.type == "sim" and got.dtype == expected.dtype and got.shape == expected.shape
+    assert got.stride() == meta.stride()
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_structured_ops_have_sims_kernel():
+    for name in ("add.Tensor", "add_.Tensor", "addmm", "mm", "sum.dim_IntList", "threshold_backward", "_log_softmax"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "PrivateUse1"), name
+
+
+def test_structured_ops_the_fast_path_leaves_take_torchs_wrapper(synced):
+    """Devices mixed, a shape error: the call takes torch's wrapper as before, with its errors."""
+    x = torch.ones(4, device="sim")
+    assert torch.equal((x + torch.tensor(2.0)).cpu(), torch.full((4,), 3.0))  # a CPU scalar is fine
+    with pytest.raises(RuntimeError, match="device"):
+        x + torch.ones(4)
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        x + torch.ones(5, device="sim")
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+        torch.mm(torch.ones(2, 3, device="sim"), torch.ones(2, 3, device="sim"))
+
+
+def test_structured_ops_report_races_to_the_checker(checked):
+    """With the race checker on, a structured op's functional variant is checked as before."""
+    x = torch.zeros(100, device="sim")
+    x.add_(1)
+    side = checked.Stream()
+    with checked.stream(side), pytest.raises(SimRaceError, match="read-after-write"):
+        torch.mm(x.view(10, 10), x.view(10, 10))

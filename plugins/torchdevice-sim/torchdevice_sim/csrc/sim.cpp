@@ -1180,69 +1180,113 @@ constexpr c10::DispatchKey kPythonFallbackKey = c10::DispatchKey::PrivateUse2;
 constexpr int kFreshList = -2;
 
 struct FastSchema {
-  bool ok = false;
+  mutable std::atomic<bool> ok{false};  // cleared (refuse_fast) where the op turns out to have no Meta kernel
   bool foreach = false;  // a _foreach_ op: taken whole (one kernel for its lists), Scalars signed by kind
   std::vector<int> sources;
+  // A structured op's functional variant: its out= overload, whose CPU kernel writes the fresh outputs' device
+  // memory through their host views (no CPU output allocated, then copied).
+  std::optional<c10::OperatorHandle> out_op;
 };
 
 bool is_tensor_list(const c10::TypePtr& type) {
   return type->kind() == c10::TypeKind::ListType && type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType;
 }
 
-FastSchema fast_schema(const c10::OperatorHandle& op) {
+// The out= overload of functional `op`: the same arguments, then one written keyword-only Tensor per
+// return (`add.out` of `add.Tensor`, `sum.IntList_out` of `sum.dim_IntList`, `nll_loss_backward.grad_input`).
+std::optional<c10::OperatorHandle> out_overload(const c10::OperatorHandle& op) {
+  static const auto overloads = [] {  // every op name's overloads, listed once
+    std::unordered_map<std::string, std::vector<std::string>> found;
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) found[name.name].push_back(name.overload_name);
+    return found;
+  }();
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t n = schema.returns().size();
+  auto it = overloads.find(schema.name());
+  if (it == overloads.end() || n == 0) return std::nullopt;
+  for (const auto& overload : it->second) {
+    auto candidate = c10::Dispatcher::singleton().findOp({schema.name(), overload});
+    if (!candidate || !candidate->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    const auto& other = candidate->schema();
+    if (other.arguments().size() != arguments.size() + n || other.returns().size() != n) continue;
+    bool same = true;
+    for (size_t i = 0; i < other.arguments().size() && same; ++i) {
+      const auto& a = other.arguments()[i];
+      if (i < arguments.size()) {
+        same = a.name() == arguments[i].name() && *a.type() == *arguments[i].type() && a.alias_info() == nullptr;
+      } else {
+        same = a.kwarg_only() && a.type()->kind() == c10::TypeKind::TensorType && a.alias_info() != nullptr &&
+               a.alias_info()->isWrite();
+      }
+    }
+    if (same) return *candidate;
+  }
+  return std::nullopt;
+}
+
+// A structured op's functional and in-place variants reach a backend without a kernel of its own through
+// torch's CompositeExplicitAutogradNonFunctional wrapper, which runs the op's meta function (a TensorIterator
+// build, say) and then the out= variant -- whose CPU kernel builds it again.
+bool is_structured(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+}
+
+std::unique_ptr<FastSchema> fast_schema(const c10::OperatorHandle& op) {
   static const std::unordered_set<std::string> python_only = {
       "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_", "aten::_local_scalar_dense",
       "aten::record_stream", "aten::_foreach_copy_"};
   const auto& schema = op.schema();
-  FastSchema out;
+  auto made = std::make_unique<FastSchema>();
+  FastSchema& out = *made;
   out.foreach = schema.name().rfind("aten::_foreach_", 0) == 0;
-  if (python_only.count(schema.name()) || (schema.returns().empty() && !out.foreach)) return out;
+  if (python_only.count(schema.name()) || (schema.returns().empty() && !out.foreach)) return made;
   for (auto tag : {at::Tag::dynamic_output_shape, at::Tag::data_dependent_output, at::Tag::nondeterministic_seeded}) {
-    if (op.hasTag(tag)) return out;
+    if (op.hasTag(tag)) return made;
   }
   const auto& arguments = schema.arguments();
   bool writes = false;
   for (const auto& a : arguments) {  // written single tensors only (a foreach op's written lists aside): no views
     if (a.alias_info() == nullptr) continue;
     const bool list = out.foreach && is_tensor_list(a.type());
-    if (!a.alias_info()->isWrite() || (a.type()->kind() != c10::TypeKind::TensorType && !list)) return out;
+    if (!a.alias_info()->isWrite() || (a.type()->kind() != c10::TypeKind::TensorType && !list)) return made;
     writes = true;
   }
-  if (schema.returns().empty() && !writes) return out;  // a foreach op returning nothing writes its lists
+  if (schema.returns().empty() && !writes) return made;  // a foreach op returning nothing writes its lists
   for (const auto& r : schema.returns()) {
     if (out.foreach && is_tensor_list(r.type()) && r.alias_info() == nullptr && schema.returns().size() == 1) {
       out.sources.push_back(kFreshList);
       continue;
     }
-    if (r.type()->kind() != c10::TypeKind::TensorType) return out;
+    if (r.type()->kind() != c10::TypeKind::TensorType) return made;
     int source = -1;
     if (r.alias_info() != nullptr) {
       for (size_t i = 0; i < arguments.size() && source < 0; ++i) {
         const auto* alias = arguments[i].alias_info();
         if (alias != nullptr && alias->beforeSets() == r.alias_info()->beforeSets()) source = static_cast<int>(i);
       }
-      if (source < 0 || !r.alias_info()->isWrite()) return out;
+      if (source < 0 || !r.alias_info()->isWrite()) return made;
     }
     out.sources.push_back(source);
   }
+  const bool all_fresh = std::all_of(out.sources.begin(), out.sources.end(), [](int s) { return s == -1; });
+  if (all_fresh && is_structured(op)) out.out_op = out_overload(op);
   out.ok = true;
-  return out;
+  return made;
 }
 
 std::mutex g_fast_ops_mu;
-std::unordered_map<c10::OperatorHandle, FastSchema> g_fast_ops;  // per op: may the fast path take it, and how
+// per op: may the fast path take it, and how (entries never removed, so a reference to one stays valid)
+std::unordered_map<c10::OperatorHandle, std::unique_ptr<FastSchema>> g_fast_ops;
 
-FastSchema fast_op(const c10::OperatorHandle& op) {
+const FastSchema& fast_op(const c10::OperatorHandle& op) {
   std::lock_guard<std::mutex> lock(g_fast_ops_mu);
   auto it = g_fast_ops.find(op);
   if (it == g_fast_ops.end()) it = g_fast_ops.emplace(op, fast_schema(op)).first;
-  return it->second;
+  return *it->second;
 }
 
-void refuse_fast(const c10::OperatorHandle& op) {
-  std::lock_guard<std::mutex> lock(g_fast_ops_mu);
-  g_fast_ops[op].ok = false;
-}
+void refuse_fast(const c10::OperatorHandle& op) { fast_op(op).ok.store(false); }
 
 bool is_sim(const at::Tensor& t) { return t.defined() && t.device().type() == kSim; }
 
@@ -1488,8 +1532,8 @@ int64_t largest_numel(c10::ArrayRef<c10::IValue> args) {
 
 bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!g_fast.load(std::memory_order_relaxed) || g_race.load(std::memory_order_relaxed)) return false;
-  const FastSchema how = fast_op(op);
-  if (!how.ok) return false;
+  const FastSchema& how = fast_op(op);
+  if (!how.ok.load(std::memory_order_relaxed)) return false;
   const auto& arguments = op.schema().arguments();
   const size_t nargs = arguments.size();
   auto args = torch::jit::last(*stack, nargs);
@@ -1516,13 +1560,32 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     copied = true;
     return made;
   };
+  const int64_t largest = largest_numel(args);
+  // An out= tensor smaller than an input gets a scratch CPU out, its result copied back (see _outgrown in
+  // _kernels.py: CPU kernels may grow their out while they work, and host views cannot grow).
+  auto scratch = [&](const at::Tensor& device_out) {
+    outputs.emplace_back(host_view(device_out));
+    copied = true;
+    return at::empty({0}, device_out.options().device(c10::kCPU));
+  };
+  if (how.out_op) {  // a structured op's functional variant: its out= kernel writes the fresh outputs
+    for (const auto& m : *plan) {
+      at::Tensor made = empty_strided(m.sizes, m.strides, m.dtype, std::nullopt, where, std::nullopt);
+      if (made.numel() < largest) {
+        host->push_back(scratch(made));
+      } else {
+        host->push_back(host_view(made));
+        outputs.emplace_back(std::nullopt);
+      }
+      results.emplace_back(std::move(made));
+    }
+  }
   if (fresh_list) {
     c10::List<at::Tensor> made;
     for (const auto& m : *plan) made.push_back(fresh(m));
     results.emplace_back(std::move(made));
   }
-  const int64_t largest = largest_numel(args);
-  for (size_t i = 0; i < plan->size() && !fresh_list; ++i) {
+  for (size_t i = 0; i < plan->size() && !fresh_list && !how.out_op; ++i) {
     const int source = how.sources[i];
     if (source < 0) {
       results.emplace_back(fresh((*plan)[i]));
@@ -1530,18 +1593,14 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     const at::Tensor& written = args[source].toTensor();
     results.emplace_back(written);
-    // An out= tensor smaller than an input gets a scratch CPU out, its result copied back (see _outgrown in
-    // _kernels.py: CPU kernels may grow their out while they work, and host views cannot grow).
     if (arguments[source].kwarg_only() && written.numel() < largest) {
-      (*host)[source] = at::empty({0}, written.options().device(c10::kCPU));
-      outputs.emplace_back(host_view(written));
-      copied = true;
+      (*host)[source] = scratch(written);
     } else {
       outputs.emplace_back(std::nullopt);  // written in place through its host view
     }
   }
   if (!copied) outputs.clear();
-  submit_kernel(current_stream_of(device), Kernel{op, std::move(host), std::move(outputs)});
+  submit_kernel(current_stream_of(device), Kernel{how.out_op.value_or(op), std::move(host), std::move(outputs)});
   torch::jit::drop(*stack, nargs);
   for (auto& r : results) stack->emplace_back(std::move(r));
   return true;
@@ -1576,15 +1635,39 @@ std::vector<std::string> composite_foreach_ops() {
   return found;
 }
 
+// The structured ops' functional and in-place variants (`add.Tensor`, `addmm`, `mm`, `sum.dim_IntList`, `add_`
+// ...), which reach a backend without a kernel of its own through torch's CompositeExplicitAutogradNonFunctional
+// wrapper: its meta function, then the out= variant, whose CPU kernel repeats that meta function. sim registers
+// its fallback for them instead, as a GPU has its own kernels: the fast path's plan stands for the meta function
+// and the CPU's out= kernel writes the fresh outputs (FastSchema::out_op). A call the fast path leaves goes to
+// PrivateUse2, whose entry for these ops is that wrapper (the Python fallback there is only a fallback), as before.
+std::vector<std::string> structured_ops() {
+  std::vector<std::string> found;
+  for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = c10::Dispatcher::singleton().findOp(name);
+    if (!op || !is_structured(*op) || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    bool taken = false;
+    for (auto key : {c10::DispatchKey::PrivateUse1, kPythonFallbackKey, c10::DispatchKey::CompositeExplicitAutograd,
+                     c10::DispatchKey::CompositeImplicitAutograd}) {
+      taken = taken || op->hasKernelForDispatchKey(key);
+    }
+    if (taken || !fast_op(*op).ok.load()) continue;
+    found.push_back(name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name));
+  }
+  return found;
+}
+
 void install_fallback() {
   static torch::Library* library = nullptr;  // kept for the life of the process, as the registration
   if (library != nullptr) return;
   library = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   library->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
-  auto* foreach = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto* own = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   for (const auto& name : composite_foreach_ops()) {
-    foreach->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
+    own->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
   }
+  for (const auto& name : structured_ops()) own->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 
 // -- race checking: the accesses ------------------------------------------------------------------------
