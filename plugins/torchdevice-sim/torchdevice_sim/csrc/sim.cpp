@@ -1075,6 +1075,19 @@ at::Tensor host_view(const at::Tensor& t) {
   return at::from_blob(data, t.sizes(), t.strides(), options);
 }
 
+// A host tensor of no elements over the bytes of fresh device tensor t, its storage resizable: a CPU out= kernel
+// resizes it to its result (no warning: it had no elements) within t's bytes, writing device memory itself; a
+// kernel that grows its out beyond them while it works (mse_loss.out: elementwise, then reduced) moves it to host
+// memory, and Kernel copies the result back, as it does where the kernel chose other strides than t's.
+at::Tensor empty_host_view(const at::Tensor& t) {
+  const auto& storage = t.storage();
+  c10::Storage host(c10::Storage::use_byte_size_t(), storage.nbytes(), at::DataPtr(storage.mutable_data(), c10::kCPU),
+                    c10::GetCPUAllocator(), /*resizable=*/true);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_contiguous({0});
+  return view;
+}
+
 const c10::OperatorHandle& find_op(const std::string& name, const std::string& overload) {
   static std::mutex mu;
   static std::map<std::pair<std::string, std::string>, c10::OperatorHandle> ops;
@@ -1124,7 +1137,13 @@ struct Kernel {
         // uninitialised); it fills embedding_bag's max_indices for sum and mean, which CUDA's and the meta
         // kernel leave empty (the copy stays empty).
         if ((results[i].numel() == 0) != (outputs[i]->numel() == 0)) continue;
-        outputs[i]->copy_(results[i]);
+        const at::Tensor& result = results[i];
+        at::Tensor& out = *outputs[i];
+        if (result.data_ptr() == out.data_ptr() && result.sizes() == out.sizes() && result.strides() == out.strides()) {
+          continue;  // written in place (empty_host_view)
+        }
+        // the same memory in another layout (empty_host_view, other strides): copied through a clone
+        out.copy_(result.storage().data() == out.storage().data() ? result.clone() : result);
       }
     }
     stack->clear();
@@ -1560,31 +1579,20 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     copied = true;
     return made;
   };
-  const int64_t largest = largest_numel(args);
-  // An out= tensor smaller than an input gets a scratch CPU out, its result copied back (see _outgrown in
-  // _kernels.py: CPU kernels may grow their out while they work, and host views cannot grow).
-  auto scratch = [&](const at::Tensor& device_out) {
-    outputs.emplace_back(host_view(device_out));
-    copied = true;
-    return at::empty({0}, device_out.options().device(c10::kCPU));
-  };
   if (how.out_op) {  // a structured op's functional variant: its out= kernel writes the fresh outputs
     for (const auto& m : *plan) {
-      at::Tensor made = empty_strided(m.sizes, m.strides, m.dtype, std::nullopt, where, std::nullopt);
-      if (made.numel() < largest) {
-        host->push_back(scratch(made));
-      } else {
-        host->push_back(host_view(made));
-        outputs.emplace_back(std::nullopt);
-      }
-      results.emplace_back(std::move(made));
+      results.emplace_back(empty_strided(m.sizes, m.strides, m.dtype, std::nullopt, where, std::nullopt));
+      host->push_back(empty_host_view(results.back().toTensor()));
+      outputs.emplace_back(host_view(results.back().toTensor()));
     }
+    copied = true;
   }
   if (fresh_list) {
     c10::List<at::Tensor> made;
     for (const auto& m : *plan) made.push_back(fresh(m));
     results.emplace_back(std::move(made));
   }
+  const int64_t largest = largest_numel(args);
   for (size_t i = 0; i < plan->size() && !fresh_list && !how.out_op; ++i) {
     const int source = how.sources[i];
     if (source < 0) {
@@ -1593,8 +1601,12 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     const at::Tensor& written = args[source].toTensor();
     results.emplace_back(written);
+    // An out= tensor smaller than an input gets a scratch CPU out, its result copied back (see _outgrown in
+    // _kernels.py: CPU kernels may grow their out while they work, and host views cannot grow).
     if (arguments[source].kwarg_only() && written.numel() < largest) {
-      (*host)[source] = scratch(written);
+      (*host)[source] = at::empty({0}, written.options().device(c10::kCPU));
+      outputs.emplace_back(host_view(written));
+      copied = true;
     } else {
       outputs.emplace_back(std::nullopt);  // written in place through its host view
     }
