@@ -298,3 +298,50 @@ def test_structured_ops_report_races_to_the_checker(checked):
     side = checked.Stream()
     with checked.stream(side), pytest.raises(SimRaceError, match="read-after-write"):
         torch.mm(x.view(10, 10), x.view(10, 10))
+
+
+def test_copies_between_host_and_device_take_the_fast_path(synced):
+    """`.to(device)`, `.cpu()`, `copy_` (other dtype, other strides, a CPU scalar broadcast) and copies within a
+    device run without Python, with the CPU's numbers; a copy with pageable host memory is done on return."""
+    torch.manual_seed(0)
+    a = torch.randn(5, 7)
+    seen, stop = _python_fallback_calls()
+    try:
+        x = a.to("sim")
+        back = x.cpu()  # done on return: no synchronize before reading it
+        converted = x.to(torch.float64).cpu()
+        strided = torch.empty(7, 5, device="sim").t()
+        strided.copy_(a)
+        filled = torch.empty(3, device="sim").copy_(torch.tensor(2.5))
+        within = x.clone()
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+    assert torch.equal(back, a) and torch.equal(converted, a.double())
+    assert strided.stride() == (1, 5) and torch.equal(strided.cpu(), a)
+    assert torch.equal(filled.cpu(), torch.full((3,), 2.5)) and torch.equal(within.cpu(), a)
+
+
+def test_copies_the_fast_path_leaves_run_as_before(synced):
+    """A copy between two devices (ordered after both devices' streams) takes the Python copy; a lazily
+    conjugated source is resolved before (torch's Conjugate key); the numbers are the CPU's."""
+    z = torch.randn(4, dtype=torch.complex64)
+    assert torch.equal(z.to("sim").conj().cpu().resolve_conj(), z.conj().resolve_conj())
+    if synced.device_count() < 2:
+        pytest.skip("needs two sim devices")
+    x = z.to("sim:0")
+    seen, stop = _python_fallback_calls()
+    try:
+        y = x.to("sim:1")
+    finally:
+        stop()
+    assert seen["aten._copy_from.default"] == 1 and torch.equal(y.cpu(), z)
+
+
+def test_copies_report_races_to_the_checker(checked):
+    """With the race checker on, a copy into a tensor another stream is writing is still a race."""
+    x = torch.zeros(100, device="sim")
+    x.add_(1)
+    side = checked.Stream()
+    with checked.stream(side), pytest.raises(SimRaceError, match="write-after-write"):
+        x.copy_(torch.ones(100))

@@ -1618,8 +1618,47 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   return true;
 }
 
+// `_copy_from(src, dst, non_blocking)` (what `copy_`, `.to`, `.cpu()` reach) between host memory and a sim
+// device or within one, as the Python fallback's copy does it: the CPU's copy_ on host views, on the current
+// stream of the sim side's device; a copy with host memory then waits for that stream, unless it is non_blocking
+// from or to pinned memory (CUDA's rule). Lazy conjugate or negative bits, two devices, other layouts, the race
+// checker on: Python.
+bool fast_copy(torch::jit::Stack* stack) {
+  if (!g_fast.load(std::memory_order_relaxed) || g_race.load(std::memory_order_relaxed)) return false;
+  auto args = torch::jit::last(*stack, 3);
+  if (!args[0].isTensor() || !args[1].isTensor() || !args[2].isBool()) return false;
+  const at::Tensor& src = args[0].toTensor();
+  const at::Tensor& dst = args[1].toTensor();
+  auto plain = [](const at::Tensor& t) {
+    return t.defined() && t.layout() == c10::kStrided && !t.is_conj() && !t.is_neg() && (t.is_cpu() || is_sim(t));
+  };
+  if (!plain(src) || !plain(dst) || (src.is_cpu() && dst.is_cpu())) return false;
+  if (is_sim(src) && is_sim(dst) && src.device() != dst.device()) return false;
+  const int device = (is_sim(dst) ? dst : src).device().index();
+  const bool host = src.is_cpu() || dst.is_cpu();
+  static const auto& copy = find_op("aten::copy_", "");
+  auto kernel = std::make_shared<torch::jit::Stack>();
+  kernel->push_back(is_sim(dst) ? host_view(dst) : dst);
+  kernel->push_back(is_sim(src) ? host_view(src) : src);
+  kernel->push_back(false);  // non_blocking: between host memory, nothing to overlap
+  Stream* stream = current_stream_of(device);
+  submit_kernel(stream, Kernel{copy, std::move(kernel), {}});
+  const at::Tensor& host_side = src.is_cpu() ? src : dst;
+  if (host && !(args[2].toBool() && is_pinned(host_side.storage().data()))) stream->synchronize();
+  at::Tensor result = dst;
+  torch::jit::drop(*stack, 3);
+  stack->emplace_back(std::move(result));
+  return true;
+}
+
+bool is_copy_from(const c10::OperatorHandle& op) {
+  static const auto& copy_from = find_op("aten::_copy_from", "");
+  return op == copy_from;
+}
+
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  if (!fast_path(op, stack)) op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
+  if (is_copy_from(op) ? fast_copy(stack) : fast_path(op, stack)) return;
+  op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
 }
 
 // A foreach op (`_foreach_add_`, Adam's `_foreach_lerp_` ...) has a composite kernel that the dispatcher
