@@ -345,3 +345,20 @@ def test_copies_report_races_to_the_checker(checked):
     side = checked.Stream()
     with checked.stream(side), pytest.raises(SimRaceError, match="write-after-write"):
         x.copy_(torch.ones(100))
+
+
+def test_item_waits_for_the_stream_without_python(synced):
+    """`.item()` after queued work reads the finished value, without the Python fallback; busy stream included."""
+    x = torch.ones(64, 64, device="sim")
+    side = synced.Stream()
+    seen, stop = _python_fallback_calls()
+    try:
+        with synced.stream(side):
+            synced._sleep(1_000_000)  # the side stream busy: the next kernels queue behind it
+            total = (x @ x).sum()
+            value = total.item()
+        flag = torch.tensor(True, device="sim").item()
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+    assert value == 64.0 * 64 * 64 and flag is True

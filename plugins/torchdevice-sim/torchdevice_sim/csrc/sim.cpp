@@ -1651,14 +1651,25 @@ bool fast_copy(torch::jit::Stack* stack) {
   return true;
 }
 
-bool is_copy_from(const c10::OperatorHandle& op) {
-  static const auto& copy_from = find_op("aten::_copy_from", "");
-  return op == copy_from;
+// `_local_scalar_dense` (`.item()`, a loss read every step): the host waits for the tensor's device's current
+// stream, then reads the value, as the Python fallback does. The race checker on: Python.
+bool fast_item(torch::jit::Stack* stack) {
+  if (!g_fast.load(std::memory_order_relaxed) || g_race.load(std::memory_order_relaxed)) return false;
+  const c10::IValue& arg = stack->back();
+  if (!arg.isTensor() || !is_sim(arg.toTensor()) || arg.toTensor().layout() != c10::kStrided) return false;
+  const at::Tensor t = arg.toTensor();
+  current_stream_of(t.device().index())->synchronize();
+  c10::Scalar value = at::_local_scalar_dense(host_view(t));
+  stack->pop_back();
+  stack->emplace_back(value);
+  return true;
 }
 
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  if (is_copy_from(op) ? fast_copy(stack) : fast_path(op, stack)) return;
-  op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
+  static const auto& copy_from = find_op("aten::_copy_from", "");
+  static const auto& local_scalar_dense = find_op("aten::_local_scalar_dense", "");
+  const bool done = op == copy_from ? fast_copy(stack) : op == local_scalar_dense ? fast_item(stack) : fast_path(op, stack);
+  if (!done) op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
 }
 
 // A foreach op (`_foreach_add_`, Adam's `_foreach_lerp_` ...) has a composite kernel that the dispatcher
