@@ -1066,13 +1066,17 @@ namespace sim {
 // -- launching kernels onto streams --------------------------------------------------------------------
 
 // A CPU tensor over the same bytes as sim tensor t: what a kernel on the device reads and writes.
+// Made directly over t's storage bytes (from_blob's checks and size computation cost more than the rest of a launch).
 at::Tensor host_view(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == kSim, "host_view: expected a sim tensor, got ", t.device());
-  void* base = t.storage().mutable_data();
-  auto options = t.options().device(c10::kCPU);
-  if (base == nullptr) return at::empty_strided(t.sizes(), t.strides(), options);
-  char* data = static_cast<char*>(base) + t.storage_offset() * t.dtype().itemsize();
-  return at::from_blob(data, t.sizes(), t.strides(), options);
+  const auto& storage = t.storage();
+  void* base = storage.mutable_data();
+  if (base == nullptr) return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
+  c10::Storage host(c10::Storage::use_byte_size_t(), storage.nbytes(), at::DataPtr(base, c10::kCPU), nullptr,
+                    /*resizable=*/false);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return view;
 }
 
 // A host tensor of no elements over the bytes of fresh device tensor t, its storage resizable: a CPU out= kernel
@@ -1205,7 +1209,17 @@ struct FastSchema {
   // A structured op's functional variant: its out= overload, whose CPU kernel writes the fresh outputs' device
   // memory through their host views (no CPU output allocated, then copied).
   std::optional<c10::OperatorHandle> out_op;
+  // Per argument of a pointwise or foreach op: 1 a Number, 2 a Number[] (signed by kind, see sign_scalar_by_kind).
+  std::vector<int8_t> numbers;
 };
+
+int8_t number_argument(const c10::Argument& argument) {
+  auto type = argument.type();
+  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
+  if (type->kind() == c10::TypeKind::NumberType) return 1;
+  const bool list = type->kind() == c10::TypeKind::ListType;
+  return list && type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::NumberType ? 2 : 0;
+}
 
 bool is_tensor_list(const c10::TypePtr& type) {
   return type->kind() == c10::TypeKind::ListType && type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType;
@@ -1259,6 +1273,9 @@ std::unique_ptr<FastSchema> fast_schema(const c10::OperatorHandle& op) {
   auto made = std::make_unique<FastSchema>();
   FastSchema& out = *made;
   out.foreach = schema.name().rfind("aten::_foreach_", 0) == 0;
+  if (out.foreach || op.hasTag(at::Tag::pointwise)) {
+    for (const auto& a : schema.arguments()) out.numbers.push_back(number_argument(a));
+  }
   if (python_only.count(schema.name()) || (schema.returns().empty() && !out.foreach)) return made;
   for (auto tag : {at::Tag::dynamic_output_shape, at::Tag::data_dependent_output, at::Tag::nondeterministic_seeded}) {
     if (op.hasTag(tag)) return made;
@@ -1453,17 +1470,12 @@ bool sign(const c10::IValue& v, Signature& out) {
 // float, complex, bool), not its value -- an optimizer's step sizes change every step, and a plan per
 // value would fill the cache with Meta kernel runs. A foreach op's Scalar[] (Adam's bias corrections)
 // counts by its length and kinds.
-bool sign_scalar_by_kind(const c10::Argument& argument, const c10::IValue& v, Signature& out) {
-  auto type = argument.type();
-  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
-  if (type->kind() == c10::TypeKind::NumberType && number_kind(v) != 0) {
+bool sign_scalar_by_kind(int8_t number, const c10::IValue& v, Signature& out) {
+  if (number == 1 && number_kind(v) != 0) {
     out.insert(out.end(), {9, number_kind(v)});
     return true;
   }
-  if (type->kind() != c10::TypeKind::ListType || !v.isList() ||
-      type->castRaw<c10::ListType>()->getElementType()->kind() != c10::TypeKind::NumberType) {
-    return false;
-  }
+  if (number != 2 || !v.isList()) return false;
   const auto& items = v.toListRef();
   out.insert(out.end(), {10, static_cast<int64_t>(items.size())});
   for (const c10::IValue& e : items) {
@@ -1475,14 +1487,12 @@ bool sign_scalar_by_kind(const c10::Argument& argument, const c10::IValue& v, Si
 
 // The call's signature, built in `key` (a buffer reused per thread: no allocation per call); false where
 // an argument is of a kind not described (that call is not cached).
-bool signature_of(const c10::OperatorHandle& op, bool foreach, c10::ArrayRef<c10::IValue> args, Signature& key) {
+bool signature_of(const c10::OperatorHandle& op, const FastSchema& how, c10::ArrayRef<c10::IValue> args, Signature& key) {
   key.clear();
   key.push_back(static_cast<int64_t>(std::hash<c10::OperatorHandle>{}(op)));
   key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
-  const bool by_kind = foreach || op.hasTag(at::Tag::pointwise);
-  const auto& arguments = op.schema().arguments();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (by_kind && i < arguments.size() && sign_scalar_by_kind(arguments[i], args[i], key)) continue;
+    if (i < how.numbers.size() && how.numbers[i] != 0 && sign_scalar_by_kind(how.numbers[i], args[i], key)) continue;
     if (!sign(args[i], key)) return false;
   }
   return true;
@@ -1516,9 +1526,9 @@ std::optional<std::vector<at::Tensor>> meta_outputs(const c10::OperatorHandle& o
 
 // The call's outputs' metadata: the plan kept for its signature, else its Meta kernel's (then kept). Plans
 // are shared, never changed once made: a caller keeps its plan while the cache is emptied.
-std::shared_ptr<const Plan> plan_of(const c10::OperatorHandle& op, bool foreach, c10::ArrayRef<c10::IValue> args) {
+std::shared_ptr<const Plan> plan_of(const c10::OperatorHandle& op, const FastSchema& how, c10::ArrayRef<c10::IValue> args) {
   thread_local Signature key;
-  const bool keyed = signature_of(op, foreach, args, key);
+  const bool keyed = signature_of(op, how, args, key);
   if (keyed) {
     std::lock_guard<std::mutex> lock(g_plans_mu);
     auto it = g_plans.find(key);
@@ -1559,7 +1569,7 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int device = fast_device(args);
   if (device < 0) return false;
   at::AutoDispatchBelowADInplaceOrView below;
-  const auto plan = plan_of(op, how.foreach, args);
+  const auto plan = plan_of(op, how, args);
   const bool fresh_list = how.sources.size() == 1 && how.sources[0] == kFreshList;
   if (!plan || (plan->size() != how.sources.size() && !fresh_list)) return false;
   for (size_t i = 0; i < how.sources.size(); ++i) {  // a written tensor the op would resize: Python resizes it first
