@@ -362,3 +362,10 @@ def test_item_waits_for_the_stream_without_python(synced):
         stop()
     assert not seen, f"these went through Python: {dict(seen)}"
     assert value == 64.0 * 64 * 64 and flag is True
+
+
+def test_a_kernel_returning_a_zero_tensor_gives_zeros(synced):
+    """sgn's backward on a real input returns torch's ZeroTensor (no memory of its own): copied in as zeros."""
+    x = torch.randn(5, device="sim", requires_grad=True)
+    (grad,) = torch.autograd.grad(torch.sgn(x).sum(), [x])
+    assert torch.equal(grad.cpu(), torch.zeros(5))

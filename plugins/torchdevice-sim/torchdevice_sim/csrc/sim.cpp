@@ -1118,10 +1118,12 @@ void flatten_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
   }
 }
 
-// Whether a and b lay the same elements out alike in one dense block each: then a memcpy copies one into the other.
+// Whether a and b lay the same elements out alike in one dense block of memory each (not a ZeroTensor, which has
+// none: `_efficientzerotensor`, sgn's backward): then a memcpy copies one into the other.
 bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
-         !a.is_conj() && !a.is_neg() && !b.is_conj() && !b.is_neg() && a.is_non_overlapping_and_dense();
+         !a.is_conj() && !a.is_neg() && !b.is_conj() && !b.is_neg() && !a._is_zerotensor() && !b._is_zerotensor() &&
+         a.numel() > 0 && a.is_non_overlapping_and_dense() && a.data_ptr() != nullptr && b.data_ptr() != nullptr;
 }
 
 // One kernel: a boxed op on host views (`stack`); `outputs` (host views of the sim outputs) receive its
