@@ -1202,7 +1202,8 @@ uint64_t launch(int device, const std::string& name, const std::string& overload
 // whose tensors are all on one sim device (CPU scalars aside), the race checker off -- exactly as the
 // Python fallback's asynchronous path does it: outputs' metadata from the op's Meta kernel (kept per call
 // signature), fresh outputs allocated on the device, the CPU kernel run on host views (at once on an idle
-// stream, else queued). Most functional ops arrive as their out= variant (torch's structured kernels). Everything else, and any call
+// stream, else queued). A structured op's functional and in-place variants come here directly (structured_ops), as do
+// copies with host memory (fast_copy) and item() (fast_item). Everything else, and any call
 // whose Meta kernel fails, goes to the Python fallback (_kernels.py), registered on PrivateUse2 (a
 // backend nothing else uses) and reached by redispatching there.
 
