@@ -369,3 +369,21 @@ def test_a_kernel_returning_a_zero_tensor_gives_zeros(synced):
     x = torch.randn(5, device="sim", requires_grad=True)
     (grad,) = torch.autograd.grad(torch.sgn(x).sum(), [x])
     assert torch.equal(grad.cpu(), torch.zeros(5))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "python path"])
+def test_a_copy_onto_overlapping_memory_is_refused_as_on_the_cpu(synced, fast):
+    """A source partly overlapping the written tensor, or a written tensor whose elements share memory: the CPU's
+    (and CUDA's) copy_ refuses both; sim gave whatever the host's loop order gave."""
+    C = _extension.load()
+    was = C.set_fast(fast)
+    try:
+        x = torch.arange(10.0, device="sim")
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            x[1:].copy_(x[:-1])
+        with pytest.raises(RuntimeError, match="refers to a single memory location"):
+            torch.zeros(3, 1, device="sim").expand(3, 4).copy_(torch.ones(3, 4))
+        x[5:].copy_(x[:5])  # apart: fine
+    finally:
+        C.set_fast(was)
+    assert torch.equal(x.cpu(), torch.tensor([0.0, 1, 2, 3, 4, 0, 1, 2, 3, 4]))

@@ -17,6 +17,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/enum_tag.h>
 #include <ATen/core/CachingHostAllocator.h>
@@ -1641,6 +1642,15 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   return true;
 }
 
+// A copy into sim memory refuses what the CPU's and CUDA's copy_ refuse (their TensorIterator checks, which torch's
+// copy_ skips before handing a PrivateUse1 copy to _copy_from): a written tensor with elements sharing memory, and
+// a source partly overlapping it (x[1:].copy_(x[:-1]) would otherwise give whatever the host's loop order gives).
+void check_copy_overlap(const at::Tensor& dst, const at::Tensor& src) {
+  if (!is_sim(dst)) return;
+  at::assert_no_internal_overlap(dst);
+  if (is_sim(src)) at::assert_no_partial_overlap(dst, src);
+}
+
 // `_copy_from(src, dst, non_blocking)` (what `copy_`, `.to`, `.cpu()` reach) between host memory and a sim
 // device or within one, as the Python fallback's copy does it: the CPU's copy_ on host views, on the current
 // stream of the sim side's device; a copy with host memory then waits for that stream, unless it is non_blocking
@@ -1659,6 +1669,7 @@ bool fast_copy(torch::jit::Stack* stack) {
   if (is_sim(src) && is_sim(dst) && src.device() != dst.device()) return false;
   const int device = (is_sim(dst) ? dst : src).device().index();
   const bool host = src.is_cpu() || dst.is_cpu();
+  check_copy_overlap(dst, src);
   static const auto& copy = find_op("aten::copy_", "");
   auto kernel = std::make_shared<torch::jit::Stack>();
   kernel->push_back(is_sim(dst) ? host_view(dst) : dst);
@@ -1943,5 +1954,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
   });
+  m.def("check_copy_overlap", &check_copy_overlap);
   m.def("is_pinned", [](const at::Tensor& t) { return is_pinned(t.storage().data()); });
 }
