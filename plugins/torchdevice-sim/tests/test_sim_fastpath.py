@@ -7,6 +7,7 @@ in stream order, events and asynchronous errors as before, and the race checker 
 from __future__ import annotations
 
 import collections
+import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -230,3 +231,159 @@ def test_foreach_ops_report_races_to_the_checker(checked):
     side = checked.Stream()
     with checked.stream(side), pytest.raises(SimRaceError, match="write-after-write|read-after-write"):
         torch._foreach_add_([x], 2.0)
+
+
+STRUCTURED: dict[str, Callable[..., torch.Tensor]] = {  # functional and in-place variants of structured ops
+    "add": lambda a, b, t: torch.add(a, b, alpha=2),
+    "broadcast": lambda a, b, t: a.t() + b[:1],
+    "add_": lambda a, b, t: a.add_(b[:, :1]),
+    "addmm": lambda a, b, t: torch.addmm(b[0], a, b.t()),
+    "mm_transposed": lambda a, b, t: a.t() @ b[:, :5],  # out smaller than an input
+    "sum": lambda a, b, t: a.sum(1, keepdim=True),
+    "mse_loss": lambda a, b, t: F.mse_loss(a, b),  # its CPU out= kernel grows a 0-dim out while it works
+    "log_softmax": lambda a, b, t: torch.log_softmax(a, 0),
+    "threshold_backward": lambda a, b, t: torch.ops.aten.threshold_backward(a, b, 0.0),
+    "nll_loss": lambda a, b, t: F.nll_loss(a, t),
+    "bool_result": lambda a, b, t: torch.eq(a > 0, b[0] > 0),
+    "no_elements": lambda a, b, t: a[:0] + b[:0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURED))
+def test_structured_ops_run_sims_kernel_with_the_cpus_numbers_and_the_meta_layout(synced, name):
+    """A structured op's functional and in-place variants have sim's kernel (the fast path, the CPU's out=
+    kernel writing the fresh device tensor) instead of torch's wrapper running the meta function each call:
+    the CPU's numbers bitwise, the Meta kernel's layout (what torch.compile's fake tensors promise), no
+    warning (an out= kernel growing a non-empty out warns), nothing through Python."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(16, 16), torch.randn(16, 16), torch.randint(0, 16, (16,))]
+    expected = STRUCTURED[name](*[t.clone() for t in inputs])
+    meta = STRUCTURED[name](*[t.to("meta") for t in inputs])
+    on_sim = [t.to("sim") for t in inputs]
+    synced.synchronize()
+    seen, stop = _python_fallback_calls()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = STRUCTURED[name](*on_sim)
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+    assert got.device.type == "sim" and got.dtype == expected.dtype and got.shape == expected.shape
+    assert got.stride() == meta.stride()
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_structured_ops_have_sims_kernel():
+    for name in ("add.Tensor", "add_.Tensor", "addmm", "mm", "sum.dim_IntList", "threshold_backward", "_log_softmax"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "PrivateUse1"), name
+
+
+def test_structured_ops_the_fast_path_leaves_take_torchs_wrapper(synced):
+    """Devices mixed, a shape error: the call takes torch's wrapper as before, with its errors."""
+    x = torch.ones(4, device="sim")
+    assert torch.equal((x + torch.tensor(2.0)).cpu(), torch.full((4,), 3.0))  # a CPU scalar is fine
+    with pytest.raises(RuntimeError, match="device"):
+        x + torch.ones(4)
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        x + torch.ones(5, device="sim")
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+        torch.mm(torch.ones(2, 3, device="sim"), torch.ones(2, 3, device="sim"))
+
+
+def test_structured_ops_report_races_to_the_checker(checked):
+    """With the race checker on, a structured op's functional variant is checked as before."""
+    x = torch.zeros(100, device="sim")
+    x.add_(1)
+    side = checked.Stream()
+    with checked.stream(side), pytest.raises(SimRaceError, match="read-after-write"):
+        torch.mm(x.view(10, 10), x.view(10, 10))
+
+
+def test_copies_between_host_and_device_take_the_fast_path(synced):
+    """`.to(device)`, `.cpu()`, `copy_` (other dtype, other strides, a CPU scalar broadcast) and copies within a
+    device run without Python, with the CPU's numbers; a copy with pageable host memory is done on return."""
+    torch.manual_seed(0)
+    a = torch.randn(5, 7)
+    seen, stop = _python_fallback_calls()
+    try:
+        x = a.to("sim")
+        back = x.cpu()  # done on return: no synchronize before reading it
+        converted = x.to(torch.float64).cpu()
+        strided = torch.empty(7, 5, device="sim").t()
+        strided.copy_(a)
+        filled = torch.empty(3, device="sim").copy_(torch.tensor(2.5))
+        within = x.clone()
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+    assert torch.equal(back, a) and torch.equal(converted, a.double())
+    assert strided.stride() == (1, 5) and torch.equal(strided.cpu(), a)
+    assert torch.equal(filled.cpu(), torch.full((3,), 2.5)) and torch.equal(within.cpu(), a)
+
+
+def test_copies_the_fast_path_leaves_run_as_before(synced):
+    """A copy between two devices (ordered after both devices' streams) takes the Python copy; a lazily
+    conjugated source is resolved before (torch's Conjugate key); the numbers are the CPU's."""
+    z = torch.randn(4, dtype=torch.complex64)
+    assert torch.equal(z.to("sim").conj().cpu().resolve_conj(), z.conj().resolve_conj())
+    if synced.device_count() < 2:
+        pytest.skip("needs two sim devices")
+    x = z.to("sim:0")
+    seen, stop = _python_fallback_calls()
+    try:
+        y = x.to("sim:1")
+    finally:
+        stop()
+    assert seen["aten._copy_from.default"] == 1 and torch.equal(y.cpu(), z)
+
+
+def test_copies_report_races_to_the_checker(checked):
+    """With the race checker on, a copy into a tensor another stream is writing is still a race."""
+    x = torch.zeros(100, device="sim")
+    x.add_(1)
+    side = checked.Stream()
+    with checked.stream(side), pytest.raises(SimRaceError, match="write-after-write"):
+        x.copy_(torch.ones(100))
+
+
+def test_item_waits_for_the_stream_without_python(synced):
+    """`.item()` after queued work reads the finished value, without the Python fallback; busy stream included."""
+    x = torch.ones(64, 64, device="sim")
+    side = synced.Stream()
+    seen, stop = _python_fallback_calls()
+    try:
+        with synced.stream(side):
+            synced._sleep(1_000_000)  # the side stream busy: the next kernels queue behind it
+            total = (x @ x).sum()
+            value = total.item()
+        flag = torch.tensor(True, device="sim").item()
+    finally:
+        stop()
+    assert not seen, f"these went through Python: {dict(seen)}"
+    assert value == 64.0 * 64 * 64 and flag is True
+
+
+def test_a_kernel_returning_a_zero_tensor_gives_zeros(synced):
+    """sgn's backward on a real input returns torch's ZeroTensor (no memory of its own): copied in as zeros."""
+    x = torch.randn(5, device="sim", requires_grad=True)
+    (grad,) = torch.autograd.grad(torch.sgn(x).sum(), [x])
+    assert torch.equal(grad.cpu(), torch.zeros(5))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "python path"])
+def test_a_copy_onto_overlapping_memory_is_refused_as_on_the_cpu(synced, fast):
+    """A source partly overlapping the written tensor, or a written tensor whose elements share memory: the CPU's
+    (and CUDA's) copy_ refuses both; sim gave whatever the host's loop order gave."""
+    C = _extension.load()
+    was = C.set_fast(fast)
+    try:
+        x = torch.arange(10.0, device="sim")
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            x[1:].copy_(x[:-1])
+        with pytest.raises(RuntimeError, match="refers to a single memory location"):
+            torch.zeros(3, 1, device="sim").expand(3, 4).copy_(torch.ones(3, 4))
+        x[5:].copy_(x[:5])  # apart: fine
+    finally:
+        C.set_fast(was)
+    assert torch.equal(x.cpu(), torch.tensor([0.0, 1, 2, 3, 4, 0, 1, 2, 3, 4]))

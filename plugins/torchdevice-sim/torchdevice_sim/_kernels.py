@@ -422,6 +422,7 @@ class Fallback:
             dst.resize_(src.shape)
         on_device = dst if dst.device.type == self.device_type else src
         device = on_device.device.index
+        self.C.check_copy_overlap(dst, src)
         between = src.device.type == self.device_type and dst.device.type == self.device_type and src.device != dst.device
         if between:  # the copy runs after the work queued on both devices' current streams, as CUDA's peer copy
             self.C.wait_stream(device, self.C.current_stream(device), src.device.index, self.C.current_stream(src.device.index))

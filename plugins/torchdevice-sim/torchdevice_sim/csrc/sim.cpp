@@ -17,6 +17,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/enum_tag.h>
 #include <ATen/core/CachingHostAllocator.h>
@@ -1066,13 +1067,30 @@ namespace sim {
 // -- launching kernels onto streams --------------------------------------------------------------------
 
 // A CPU tensor over the same bytes as sim tensor t: what a kernel on the device reads and writes.
+// Made directly over t's storage bytes (from_blob's checks and size computation cost more than the rest of a launch).
 at::Tensor host_view(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == kSim, "host_view: expected a sim tensor, got ", t.device());
-  void* base = t.storage().mutable_data();
-  auto options = t.options().device(c10::kCPU);
-  if (base == nullptr) return at::empty_strided(t.sizes(), t.strides(), options);
-  char* data = static_cast<char*>(base) + t.storage_offset() * t.dtype().itemsize();
-  return at::from_blob(data, t.sizes(), t.strides(), options);
+  const auto& storage = t.storage();
+  void* base = storage.mutable_data();
+  if (base == nullptr) return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
+  c10::Storage host(c10::Storage::use_byte_size_t(), storage.nbytes(), at::DataPtr(base, c10::kCPU), nullptr,
+                    /*resizable=*/false);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return view;
+}
+
+// A host tensor of no elements over the bytes of fresh device tensor t, its storage resizable: a CPU out= kernel
+// resizes it to its result (no warning: it had no elements) within t's bytes, writing device memory itself; a
+// kernel that grows its out beyond them while it works (mse_loss.out: elementwise, then reduced) moves it to host
+// memory, and Kernel copies the result back, as it does where the kernel chose other strides than t's.
+at::Tensor empty_host_view(const at::Tensor& t) {
+  const auto& storage = t.storage();
+  c10::Storage host(c10::Storage::use_byte_size_t(), storage.nbytes(), at::DataPtr(storage.mutable_data(), c10::kCPU),
+                    c10::GetCPUAllocator(), /*resizable=*/true);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_contiguous({0});
+  return view;
 }
 
 const c10::OperatorHandle& find_op(const std::string& name, const std::string& overload) {
@@ -1101,6 +1119,14 @@ void flatten_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
   }
 }
 
+// Whether a and b lay the same elements out alike in one dense block of memory each (not a ZeroTensor, which has
+// none: `_efficientzerotensor`, sgn's backward): then a memcpy copies one into the other.
+bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         !a.is_conj() && !a.is_neg() && !b.is_conj() && !b.is_neg() && !a._is_zerotensor() && !b._is_zerotensor() &&
+         a.numel() > 0 && a.is_non_overlapping_and_dense() && a.data_ptr() != nullptr && b.data_ptr() != nullptr;
+}
+
 // One kernel: a boxed op on host views (`stack`); `outputs` (host views of the sim outputs) receive its
 // results in order (see launch). The views are dropped once it has run.
 struct Kernel {
@@ -1124,7 +1150,17 @@ struct Kernel {
         // uninitialised); it fills embedding_bag's max_indices for sum and mean, which CUDA's and the meta
         // kernel leave empty (the copy stays empty).
         if ((results[i].numel() == 0) != (outputs[i]->numel() == 0)) continue;
-        outputs[i]->copy_(results[i]);
+        const at::Tensor& result = results[i];
+        at::Tensor& out = *outputs[i];
+        if (result.data_ptr() == out.data_ptr() && result.sizes() == out.sizes() && result.strides() == out.strides()) {
+          continue;  // written in place (empty_host_view)
+        }
+        if (same_dense_layout(result, out) && result.storage().data() != out.storage().data()) {
+          std::memcpy(out.data_ptr(), result.data_ptr(), result.numel() * result.element_size());  // copy_'s cost, less
+          continue;
+        }
+        // the same memory in another layout (empty_host_view, other strides): copied through a clone
+        out.copy_(result.storage().data() == out.storage().data() ? result.clone() : result);
       }
     }
     stack->clear();
@@ -1167,7 +1203,8 @@ uint64_t launch(int device, const std::string& name, const std::string& overload
 // whose tensors are all on one sim device (CPU scalars aside), the race checker off -- exactly as the
 // Python fallback's asynchronous path does it: outputs' metadata from the op's Meta kernel (kept per call
 // signature), fresh outputs allocated on the device, the CPU kernel run on host views (at once on an idle
-// stream, else queued). Most functional ops arrive as their out= variant (torch's structured kernels). Everything else, and any call
+// stream, else queued). A structured op's functional and in-place variants come here directly (structured_ops), as do
+// copies with host memory (fast_copy) and item() (fast_item). Everything else, and any call
 // whose Meta kernel fails, goes to the Python fallback (_kernels.py), registered on PrivateUse2 (a
 // backend nothing else uses) and reached by redispatching there.
 
@@ -1180,69 +1217,126 @@ constexpr c10::DispatchKey kPythonFallbackKey = c10::DispatchKey::PrivateUse2;
 constexpr int kFreshList = -2;
 
 struct FastSchema {
-  bool ok = false;
+  mutable std::atomic<bool> ok{false};  // cleared (refuse_fast) where the op turns out to have no Meta kernel
   bool foreach = false;  // a _foreach_ op: taken whole (one kernel for its lists), Scalars signed by kind
   std::vector<int> sources;
+  // A structured op's functional variant: its out= overload, whose CPU kernel writes the fresh outputs' device
+  // memory through their host views (no CPU output allocated, then copied).
+  std::optional<c10::OperatorHandle> out_op;
+  // Per argument of a pointwise or foreach op: 1 a Number, 2 a Number[] (signed by kind, see sign_scalar_by_kind).
+  std::vector<int8_t> numbers;
 };
+
+int8_t number_argument(const c10::Argument& argument) {
+  auto type = argument.type();
+  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
+  if (type->kind() == c10::TypeKind::NumberType) return 1;
+  const bool list = type->kind() == c10::TypeKind::ListType;
+  return list && type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::NumberType ? 2 : 0;
+}
 
 bool is_tensor_list(const c10::TypePtr& type) {
   return type->kind() == c10::TypeKind::ListType && type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType;
 }
 
-FastSchema fast_schema(const c10::OperatorHandle& op) {
+// The out= overload of functional `op`: the same arguments, then one written keyword-only Tensor per
+// return (`add.out` of `add.Tensor`, `sum.IntList_out` of `sum.dim_IntList`, `nll_loss_backward.grad_input`).
+std::optional<c10::OperatorHandle> out_overload(const c10::OperatorHandle& op) {
+  static const auto overloads = [] {  // every op name's overloads, listed once
+    std::unordered_map<std::string, std::vector<std::string>> found;
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) found[name.name].push_back(name.overload_name);
+    return found;
+  }();
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t n = schema.returns().size();
+  auto it = overloads.find(schema.name());
+  if (it == overloads.end() || n == 0) return std::nullopt;
+  for (const auto& overload : it->second) {
+    auto candidate = c10::Dispatcher::singleton().findOp({schema.name(), overload});
+    if (!candidate || !candidate->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    const auto& other = candidate->schema();
+    if (other.arguments().size() != arguments.size() + n || other.returns().size() != n) continue;
+    bool same = true;
+    for (size_t i = 0; i < other.arguments().size() && same; ++i) {
+      const auto& a = other.arguments()[i];
+      if (i < arguments.size()) {
+        same = a.name() == arguments[i].name() && *a.type() == *arguments[i].type() && a.alias_info() == nullptr;
+      } else {
+        same = a.kwarg_only() && a.type()->kind() == c10::TypeKind::TensorType && a.alias_info() != nullptr &&
+               a.alias_info()->isWrite();
+      }
+    }
+    if (same) return *candidate;
+  }
+  return std::nullopt;
+}
+
+// A structured op's functional and in-place variants reach a backend without a kernel of its own through
+// torch's CompositeExplicitAutogradNonFunctional wrapper, which runs the op's meta function (a TensorIterator
+// build, say) and then the out= variant -- whose CPU kernel builds it again.
+bool is_structured(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+}
+
+std::unique_ptr<FastSchema> fast_schema(const c10::OperatorHandle& op) {
   static const std::unordered_set<std::string> python_only = {
       "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_", "aten::_local_scalar_dense",
       "aten::record_stream", "aten::_foreach_copy_"};
   const auto& schema = op.schema();
-  FastSchema out;
+  auto made = std::make_unique<FastSchema>();
+  FastSchema& out = *made;
   out.foreach = schema.name().rfind("aten::_foreach_", 0) == 0;
-  if (python_only.count(schema.name()) || (schema.returns().empty() && !out.foreach)) return out;
+  if (out.foreach || op.hasTag(at::Tag::pointwise)) {
+    for (const auto& a : schema.arguments()) out.numbers.push_back(number_argument(a));
+  }
+  if (python_only.count(schema.name()) || (schema.returns().empty() && !out.foreach)) return made;
   for (auto tag : {at::Tag::dynamic_output_shape, at::Tag::data_dependent_output, at::Tag::nondeterministic_seeded}) {
-    if (op.hasTag(tag)) return out;
+    if (op.hasTag(tag)) return made;
   }
   const auto& arguments = schema.arguments();
   bool writes = false;
   for (const auto& a : arguments) {  // written single tensors only (a foreach op's written lists aside): no views
     if (a.alias_info() == nullptr) continue;
     const bool list = out.foreach && is_tensor_list(a.type());
-    if (!a.alias_info()->isWrite() || (a.type()->kind() != c10::TypeKind::TensorType && !list)) return out;
+    if (!a.alias_info()->isWrite() || (a.type()->kind() != c10::TypeKind::TensorType && !list)) return made;
     writes = true;
   }
-  if (schema.returns().empty() && !writes) return out;  // a foreach op returning nothing writes its lists
+  if (schema.returns().empty() && !writes) return made;  // a foreach op returning nothing writes its lists
   for (const auto& r : schema.returns()) {
     if (out.foreach && is_tensor_list(r.type()) && r.alias_info() == nullptr && schema.returns().size() == 1) {
       out.sources.push_back(kFreshList);
       continue;
     }
-    if (r.type()->kind() != c10::TypeKind::TensorType) return out;
+    if (r.type()->kind() != c10::TypeKind::TensorType) return made;
     int source = -1;
     if (r.alias_info() != nullptr) {
       for (size_t i = 0; i < arguments.size() && source < 0; ++i) {
         const auto* alias = arguments[i].alias_info();
         if (alias != nullptr && alias->beforeSets() == r.alias_info()->beforeSets()) source = static_cast<int>(i);
       }
-      if (source < 0 || !r.alias_info()->isWrite()) return out;
+      if (source < 0 || !r.alias_info()->isWrite()) return made;
     }
     out.sources.push_back(source);
   }
+  const bool all_fresh = std::all_of(out.sources.begin(), out.sources.end(), [](int s) { return s == -1; });
+  if (all_fresh && is_structured(op)) out.out_op = out_overload(op);
   out.ok = true;
-  return out;
+  return made;
 }
 
 std::mutex g_fast_ops_mu;
-std::unordered_map<c10::OperatorHandle, FastSchema> g_fast_ops;  // per op: may the fast path take it, and how
+// per op: may the fast path take it, and how (entries never removed, so a reference to one stays valid)
+std::unordered_map<c10::OperatorHandle, std::unique_ptr<FastSchema>> g_fast_ops;
 
-FastSchema fast_op(const c10::OperatorHandle& op) {
+const FastSchema& fast_op(const c10::OperatorHandle& op) {
   std::lock_guard<std::mutex> lock(g_fast_ops_mu);
   auto it = g_fast_ops.find(op);
   if (it == g_fast_ops.end()) it = g_fast_ops.emplace(op, fast_schema(op)).first;
-  return it->second;
+  return *it->second;
 }
 
-void refuse_fast(const c10::OperatorHandle& op) {
-  std::lock_guard<std::mutex> lock(g_fast_ops_mu);
-  g_fast_ops[op].ok = false;
-}
+void refuse_fast(const c10::OperatorHandle& op) { fast_op(op).ok.store(false); }
 
 bool is_sim(const at::Tensor& t) { return t.defined() && t.device().type() == kSim; }
 
@@ -1390,17 +1484,12 @@ bool sign(const c10::IValue& v, Signature& out) {
 // float, complex, bool), not its value -- an optimizer's step sizes change every step, and a plan per
 // value would fill the cache with Meta kernel runs. A foreach op's Scalar[] (Adam's bias corrections)
 // counts by its length and kinds.
-bool sign_scalar_by_kind(const c10::Argument& argument, const c10::IValue& v, Signature& out) {
-  auto type = argument.type();
-  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
-  if (type->kind() == c10::TypeKind::NumberType && number_kind(v) != 0) {
+bool sign_scalar_by_kind(int8_t number, const c10::IValue& v, Signature& out) {
+  if (number == 1 && number_kind(v) != 0) {
     out.insert(out.end(), {9, number_kind(v)});
     return true;
   }
-  if (type->kind() != c10::TypeKind::ListType || !v.isList() ||
-      type->castRaw<c10::ListType>()->getElementType()->kind() != c10::TypeKind::NumberType) {
-    return false;
-  }
+  if (number != 2 || !v.isList()) return false;
   const auto& items = v.toListRef();
   out.insert(out.end(), {10, static_cast<int64_t>(items.size())});
   for (const c10::IValue& e : items) {
@@ -1412,14 +1501,12 @@ bool sign_scalar_by_kind(const c10::Argument& argument, const c10::IValue& v, Si
 
 // The call's signature, built in `key` (a buffer reused per thread: no allocation per call); false where
 // an argument is of a kind not described (that call is not cached).
-bool signature_of(const c10::OperatorHandle& op, bool foreach, c10::ArrayRef<c10::IValue> args, Signature& key) {
+bool signature_of(const c10::OperatorHandle& op, const FastSchema& how, c10::ArrayRef<c10::IValue> args, Signature& key) {
   key.clear();
   key.push_back(static_cast<int64_t>(std::hash<c10::OperatorHandle>{}(op)));
   key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
-  const bool by_kind = foreach || op.hasTag(at::Tag::pointwise);
-  const auto& arguments = op.schema().arguments();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (by_kind && i < arguments.size() && sign_scalar_by_kind(arguments[i], args[i], key)) continue;
+    if (i < how.numbers.size() && how.numbers[i] != 0 && sign_scalar_by_kind(how.numbers[i], args[i], key)) continue;
     if (!sign(args[i], key)) return false;
   }
   return true;
@@ -1453,9 +1540,9 @@ std::optional<std::vector<at::Tensor>> meta_outputs(const c10::OperatorHandle& o
 
 // The call's outputs' metadata: the plan kept for its signature, else its Meta kernel's (then kept). Plans
 // are shared, never changed once made: a caller keeps its plan while the cache is emptied.
-std::shared_ptr<const Plan> plan_of(const c10::OperatorHandle& op, bool foreach, c10::ArrayRef<c10::IValue> args) {
+std::shared_ptr<const Plan> plan_of(const c10::OperatorHandle& op, const FastSchema& how, c10::ArrayRef<c10::IValue> args) {
   thread_local Signature key;
-  const bool keyed = signature_of(op, foreach, args, key);
+  const bool keyed = signature_of(op, how, args, key);
   if (keyed) {
     std::lock_guard<std::mutex> lock(g_plans_mu);
     auto it = g_plans.find(key);
@@ -1488,15 +1575,15 @@ int64_t largest_numel(c10::ArrayRef<c10::IValue> args) {
 
 bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!g_fast.load(std::memory_order_relaxed) || g_race.load(std::memory_order_relaxed)) return false;
-  const FastSchema how = fast_op(op);
-  if (!how.ok) return false;
+  const FastSchema& how = fast_op(op);
+  if (!how.ok.load(std::memory_order_relaxed)) return false;
   const auto& arguments = op.schema().arguments();
   const size_t nargs = arguments.size();
   auto args = torch::jit::last(*stack, nargs);
   const int device = fast_device(args);
   if (device < 0) return false;
   at::AutoDispatchBelowADInplaceOrView below;
-  const auto plan = plan_of(op, how.foreach, args);
+  const auto plan = plan_of(op, how, args);
   const bool fresh_list = how.sources.size() == 1 && how.sources[0] == kFreshList;
   if (!plan || (plan->size() != how.sources.size() && !fresh_list)) return false;
   for (size_t i = 0; i < how.sources.size(); ++i) {  // a written tensor the op would resize: Python resizes it first
@@ -1516,13 +1603,21 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     copied = true;
     return made;
   };
+  if (how.out_op) {  // a structured op's functional variant: its out= kernel writes the fresh outputs
+    for (const auto& m : *plan) {
+      results.emplace_back(empty_strided(m.sizes, m.strides, m.dtype, std::nullopt, where, std::nullopt));
+      host->push_back(empty_host_view(results.back().toTensor()));
+      outputs.emplace_back(host_view(results.back().toTensor()));
+    }
+    copied = true;
+  }
   if (fresh_list) {
     c10::List<at::Tensor> made;
     for (const auto& m : *plan) made.push_back(fresh(m));
     results.emplace_back(std::move(made));
   }
   const int64_t largest = largest_numel(args);
-  for (size_t i = 0; i < plan->size() && !fresh_list; ++i) {
+  for (size_t i = 0; i < plan->size() && !fresh_list && !how.out_op; ++i) {
     const int source = how.sources[i];
     if (source < 0) {
       results.emplace_back(fresh((*plan)[i]));
@@ -1541,14 +1636,74 @@ bool fast_path(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   if (!copied) outputs.clear();
-  submit_kernel(current_stream_of(device), Kernel{op, std::move(host), std::move(outputs)});
+  submit_kernel(current_stream_of(device), Kernel{how.out_op.value_or(op), std::move(host), std::move(outputs)});
   torch::jit::drop(*stack, nargs);
   for (auto& r : results) stack->emplace_back(std::move(r));
   return true;
 }
 
+// A copy into sim memory refuses what the CPU's and CUDA's copy_ refuse (their TensorIterator checks, which torch's
+// copy_ skips before handing a PrivateUse1 copy to _copy_from): a written tensor with elements sharing memory, and
+// a source partly overlapping it (x[1:].copy_(x[:-1]) would otherwise give whatever the host's loop order gives).
+void check_copy_overlap(const at::Tensor& dst, const at::Tensor& src) {
+  if (!is_sim(dst)) return;
+  at::assert_no_internal_overlap(dst);
+  if (is_sim(src)) at::assert_no_partial_overlap(dst, src);
+}
+
+// `_copy_from(src, dst, non_blocking)` (what `copy_`, `.to`, `.cpu()` reach) between host memory and a sim
+// device or within one, as the Python fallback's copy does it: the CPU's copy_ on host views, on the current
+// stream of the sim side's device; a copy with host memory then waits for that stream, unless it is non_blocking
+// from or to pinned memory (CUDA's rule). Lazy conjugate or negative bits, two devices, other layouts, the race
+// checker on: Python.
+bool fast_copy(torch::jit::Stack* stack) {
+  if (!g_fast.load(std::memory_order_relaxed) || g_race.load(std::memory_order_relaxed)) return false;
+  auto args = torch::jit::last(*stack, 3);
+  if (!args[0].isTensor() || !args[1].isTensor() || !args[2].isBool()) return false;
+  const at::Tensor& src = args[0].toTensor();
+  const at::Tensor& dst = args[1].toTensor();
+  auto plain = [](const at::Tensor& t) {
+    return t.defined() && t.layout() == c10::kStrided && !t.is_conj() && !t.is_neg() && (t.is_cpu() || is_sim(t));
+  };
+  if (!plain(src) || !plain(dst) || (src.is_cpu() && dst.is_cpu())) return false;
+  if (is_sim(src) && is_sim(dst) && src.device() != dst.device()) return false;
+  const int device = (is_sim(dst) ? dst : src).device().index();
+  const bool host = src.is_cpu() || dst.is_cpu();
+  check_copy_overlap(dst, src);
+  static const auto& copy = find_op("aten::copy_", "");
+  auto kernel = std::make_shared<torch::jit::Stack>();
+  kernel->push_back(is_sim(dst) ? host_view(dst) : dst);
+  kernel->push_back(is_sim(src) ? host_view(src) : src);
+  kernel->push_back(false);  // non_blocking: between host memory, nothing to overlap
+  Stream* stream = current_stream_of(device);
+  submit_kernel(stream, Kernel{copy, std::move(kernel), {}});
+  const at::Tensor& host_side = src.is_cpu() ? src : dst;
+  if (host && !(args[2].toBool() && is_pinned(host_side.storage().data()))) stream->synchronize();
+  at::Tensor result = dst;
+  torch::jit::drop(*stack, 3);
+  stack->emplace_back(std::move(result));
+  return true;
+}
+
+// `_local_scalar_dense` (`.item()`, a loss read every step): the host waits for the tensor's device's current
+// stream, then reads the value, as the Python fallback does. The race checker on: Python.
+bool fast_item(torch::jit::Stack* stack) {
+  if (!g_fast.load(std::memory_order_relaxed) || g_race.load(std::memory_order_relaxed)) return false;
+  const c10::IValue& arg = stack->back();
+  if (!arg.isTensor() || !is_sim(arg.toTensor()) || arg.toTensor().layout() != c10::kStrided) return false;
+  const at::Tensor t = arg.toTensor();
+  current_stream_of(t.device().index())->synchronize();
+  c10::Scalar value = at::_local_scalar_dense(host_view(t));
+  stack->pop_back();
+  stack->emplace_back(value);
+  return true;
+}
+
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  if (!fast_path(op, stack)) op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
+  static const auto& copy_from = find_op("aten::_copy_from", "");
+  static const auto& local_scalar_dense = find_op("aten::_local_scalar_dense", "");
+  const bool done = op == copy_from ? fast_copy(stack) : op == local_scalar_dense ? fast_item(stack) : fast_path(op, stack);
+  if (!done) op.redispatchBoxed(c10::DispatchKeySet(kPythonFallbackKey), stack);
 }
 
 // A foreach op (`_foreach_add_`, Adam's `_foreach_lerp_` ...) has a composite kernel that the dispatcher
@@ -1576,15 +1731,39 @@ std::vector<std::string> composite_foreach_ops() {
   return found;
 }
 
+// The structured ops' functional and in-place variants (`add.Tensor`, `addmm`, `mm`, `sum.dim_IntList`, `add_`
+// ...), which reach a backend without a kernel of its own through torch's CompositeExplicitAutogradNonFunctional
+// wrapper: its meta function, then the out= variant, whose CPU kernel repeats that meta function. sim registers
+// its fallback for them instead, as a GPU has its own kernels: the fast path's plan stands for the meta function
+// and the CPU's out= kernel writes the fresh outputs (FastSchema::out_op). A call the fast path leaves goes to
+// PrivateUse2, whose entry for these ops is that wrapper (the Python fallback there is only a fallback), as before.
+std::vector<std::string> structured_ops() {
+  std::vector<std::string> found;
+  for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = c10::Dispatcher::singleton().findOp(name);
+    if (!op || !is_structured(*op) || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    bool taken = false;
+    for (auto key : {c10::DispatchKey::PrivateUse1, kPythonFallbackKey, c10::DispatchKey::CompositeExplicitAutograd,
+                     c10::DispatchKey::CompositeImplicitAutograd}) {
+      taken = taken || op->hasKernelForDispatchKey(key);
+    }
+    if (taken || !fast_op(*op).ok.load()) continue;
+    found.push_back(name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name));
+  }
+  return found;
+}
+
 void install_fallback() {
   static torch::Library* library = nullptr;  // kept for the life of the process, as the registration
   if (library != nullptr) return;
   library = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   library->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
-  auto* foreach = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto* own = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   for (const auto& name : composite_foreach_ops()) {
-    foreach->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
+    own->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
   }
+  for (const auto& name : structured_ops()) own->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 
 // -- race checking: the accesses ------------------------------------------------------------------------
@@ -1775,5 +1954,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
   });
+  m.def("check_copy_overlap", &check_copy_overlap);
   m.def("is_pinned", [](const at::Tensor& t) { return is_pinned(t.storage().data()); });
 }
