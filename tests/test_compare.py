@@ -471,3 +471,20 @@ def test_batch_norms_saved_statistics_in_eval_are_left_to_each_device():
             assert found["status"] == "ok" and found["outputs"] == 1
         wrong = (cpu[0] + 1, *cuda_like[1:])
         assert mode._compare(entry, op, args, wrong, cpu)["status"] == "diverged"
+
+
+def test_a_program_calling_flex_attention_is_compared(inproc, tmp_path):
+    """Eager flex_attention compiles its higher-order op itself (fullgraph), which finds nothing to compile under
+    compare's mode and raised; compiled, it falls back to eager there. Both run now, the op uncompared, the ops
+    around it compared."""
+    program = tmp_path / "flex.py"
+    program.write_text("import torch\nfrom torch.nn.attention.flex_attention import flex_attention\n"
+                       "q = torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(0)).cuda()\n"
+                       "a = flex_attention(q, q, q)\n"
+                       "b = torch.compile(flex_attention)(q, q, q)\n"
+                       "print(float((a - b).abs().max()), float(a.sum() * 2))\n")
+    out = tmp_path / "report.json"
+    assert inproc(["compare", "--backends", "cpu,cpu", "--no-whole-run", "--out", str(out), str(program)]) == 0
+    data = json.loads(out.read_text())
+    assert data["failed"] == [] and data["summary"]["ops_over_tolerance"] == 0
+    assert "aten.mul.Tensor" in {r["op"] for r in data["ops"]}  # the op after the attention was compared

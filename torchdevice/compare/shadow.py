@@ -15,7 +15,10 @@ the reference's generator and change the program's random stream; they are recor
 ``random`` and the device they drew on, for the report's ``random_ops``; a random-tagged op that left its
 generator's state as it was drew nothing and is compared), ops whose output is uninitialized
 (``empty*``), ops outside the ``aten`` namespace. An op the reference cannot run is recorded as
-``reference failed: <error>`` and the program goes on.
+``reference failed: <error>`` and the program goes on. Higher-order ops (``flex_attention``, ``cond``) run as
+without the mode, not compared: the ATen ops inside them run with the mode off. torch.compile compiles
+nothing under this mode (dynamo falls back to eager, so a compiled region's ops are compared one by one);
+eager ``flex_attention``, which compiles its op itself, takes torch's uncompiled path meanwhile.
 
 The dispatch mode sits below autograd, so it sees the ops autograd runs (``aten.addmm``, ``aten.gelu``) and,
 during ``backward()``, the backward ops (``aten.gelu_backward``): the autograd engine runs a host device's
@@ -243,6 +246,10 @@ _MODULE_KEY = "torchdevice_compare_module"
 class ShadowMode(TorchDispatchMode):
     """Run every ATen op on the reference device too and hand the comparison to ``record(entry)``."""
 
+    # a higher-order op (flex_attention run eagerly, cond, ...) comes here too and runs as it would without the
+    # mode, not compared; torch would otherwise refuse it under any mode that has no rule for it
+    supports_higher_order_operators = True
+
     def __init__(self, ref_device: torch.device, record: Callable[[dict], None], tracker: ModuleTracker | None = None,
                  rtol: float | None = None, atol: float | None = None, device_type: str | None = None) -> None:
         super().__init__()
@@ -256,6 +263,22 @@ class ShadowMode(TorchDispatchMode):
         self._seen: set[str] = set()
         self.trace: list[tuple[str, torch.dtype | None]] | None = None  # (op, output dtype), for .autocast
         self._covered = device_type is None
+
+    def __enter__(self) -> ShadowMode:
+        # torch.compile runs nothing compiled under a mode like this one (dynamo falls back to eager: each op is
+        # compared), but eager flex_attention compiles its higher-order op with fullgraph=True, which then finds
+        # no frame to compile and raises; its uncompiled path (torch's debug switch) runs the op eagerly instead
+        import torch.nn.attention.flex_attention as flex
+
+        self._flex_uncompiled = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch.nn.attention.flex_attention as flex
+
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = self._flex_uncompiled
+        super().__exit__(*exc)
 
     def cover(self) -> None:
         """Enter B's Python fallback for every op (:mod:`.fallbacks`), once B's plugin has registered it."""
@@ -274,6 +297,8 @@ class ShadowMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: OpOverload, types: Collection[type], args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
         if self.trace is None:
             return self._dispatch(func, args, kwargs)
         out = self._dispatch(func, args, kwargs)

@@ -72,3 +72,28 @@ def test_translated_cuda_compile_program_matches_cpu(runner):
     assert on_sim["device"] == "sim:0" and on_cpu["device"] == "cpu"
     torch.testing.assert_close(torch.tensor(on_sim["losses"]), torch.tensor(on_cpu["losses"]), **TOLERANCE)
     assert on_sim["losses"][-1] < on_sim["losses"][0]
+
+
+def test_compiled_flex_attention_runs_the_cpus_kernel_on_sim(sim):
+    """torch accepts FlexAttention on CUDA, CPU, XPU, HPU and MPS tensors only: sim, whose kernels are the CPU's,
+    runs the CPU's compiled C++ kernel on its memory, with the CPU's numbers bit for bit (and its score_mod);
+    what the CPU refuses, the backward, sim refuses, naming itself."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def bias(score, b, h, q, k):
+        return score + (q - k) * 0.1
+
+    q, k, v = (torch.randn(1, 2, 16, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    on_cpu = torch.compile(flex_attention)(q, k, v, score_mod=bias)
+    torch._dynamo.reset()
+    on_sim = torch.compile(flex_attention)(q.to("sim"), k.to("sim"), v.to("sim"), score_mod=bias)
+    assert on_sim.device.type == "sim"
+    assert torch.equal(on_sim.cpu(), on_cpu)
+    torch.testing.assert_close(on_cpu, F.scaled_dot_product_attention(q, k, v, attn_mask=_bias_mask(bias)))
+    with pytest.raises(NotImplementedError, match="backward on sim"):
+        flex_attention(q.to("sim").requires_grad_(), k.to("sim"), v.to("sim"))
+
+
+def _bias_mask(bias) -> torch.Tensor:
+    idx = torch.arange(16)
+    return bias(torch.zeros(16, 16), 0, 0, idx[:, None], idx[None, :])

@@ -11,9 +11,13 @@ after a kernel runs after it anyway. Python wrapper only: ``cpp_wrapper=True`` i
 """
 from __future__ import annotations
 
-from typing import Any
+import sys
+import types
+from typing import Any, Callable
 
 import torch
+
+from torchdevice.importhooks import WrappedLoader, WrappingFinder
 
 from . import runtime
 
@@ -38,6 +42,7 @@ def register() -> None:
     _fake_mode_keeps_constants_on_host()
     _scheduler_treats_sim_as_cpu()
     _backend_of_sim_is_cpp()
+    _flex_attention_as_on_the_cpu()
     _registered = True
 
 
@@ -63,6 +68,94 @@ def _backend_of_sim_is_cpp() -> None:
     get_current_backend._sim = True  # type: ignore[attr-defined]
     for module in (utils, common):
         module.get_current_backend = get_current_backend  # type: ignore[attr-defined]
+
+
+_FLEX_LOWERING = "torch._inductor.kernel.flex.flex_attention"  # registers inductor's flex_attention lowering
+
+
+def _flex_attention_as_on_the_cpu() -> None:
+    """FlexAttention on sim as on the CPU, whose kernels sim runs: torch accepts only CUDA, CPU, XPU, HPU and
+    MPS tensors (``_validate_device``), decides its auxiliary outputs per device (``_apply_kernel_options``:
+    none on the CPU, which runs inference only) and lowers a CPU query to its C++ template (``lower_cpu``)
+    and any other to Triton. For sim each answers as for the CPU, so a compiled ``flex_attention`` runs the
+    CPU's C++ kernel on sim memory; what the CPU refuses (the backward, the logsumexp, the max scores) sim
+    refuses alike, naming sim. Patched in torch's modules, sim's inputs alone taking the new branch; the
+    lowering once inductor imports it (importing it here would cost every sim process half a second)."""
+    import torch.nn.attention.flex_attention as flex
+
+    validate, apply_options = flex._validate_device, flex._apply_kernel_options
+    if getattr(validate, "_sim", False):
+        return
+
+    def _validate_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        if query.device.type != runtime.DEVICE_TYPE:
+            return validate(query, key, value)
+        if query.requires_grad or key.requires_grad or value.requires_grad:
+            raise NotImplementedError(
+                "FlexAttention does not support backward on sim: sim runs the CPU's kernels, and torch has no "
+                "FlexAttention backward on the CPU. Set the inputs' requires_grad to False.")
+        return None
+
+    def _apply_kernel_options(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, return_lse: bool,
+                              kernel_options: Any, return_aux: Any = None) -> Any:
+        options = apply_options(query, key, value, return_lse, kernel_options, return_aux)
+        if runtime.DEVICE_TYPE in (query.device.type, key.device.type, value.device.type):
+            if (return_aux.lse if return_aux is not None else return_lse) or options["OUTPUT_MAX"]:
+                raise NotImplementedError("FlexAttention on sim (the CPU's kernels) returns neither the logsumexp "
+                                          "nor the max scores, as on the CPU.")
+            options["OUTPUT_LOGSUMEXP"] = False
+        return options
+
+    _validate_device._sim = True  # type: ignore[attr-defined]
+    flex._validate_device = _validate_device
+    flex._apply_kernel_options = _apply_kernel_options
+    if _FLEX_LOWERING in sys.modules:
+        _lower_flex_attention_on_sim_as_on_the_cpu()
+    else:
+        sys.meta_path.insert(0, _AfterImport(_FLEX_LOWERING, _lower_flex_attention_on_sim_as_on_the_cpu))
+
+
+def _lower_flex_attention_on_sim_as_on_the_cpu() -> None:
+    """Inductor's flex_attention lowering, a sim query taking the CPU's C++ template."""
+    from torch._inductor import lowering
+    from torch._inductor.kernel.flex.flex_cpu import lower_cpu
+
+    op = torch.ops.higher_order.flex_attention
+    lower = lowering.lowerings[op]
+    if getattr(lower, "_sim", False):
+        return
+
+    def flex_attention(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        if query.get_device().type == runtime.DEVICE_TYPE:
+            return lower_cpu(query, key, value, *args, **kwargs)
+        return lower(query, key, value, *args, **kwargs)
+
+    flex_attention._sim = True  # type: ignore[attr-defined]
+    lowering.lowerings[op] = flex_attention
+
+
+class _AfterImport(WrappingFinder):
+    """Runs ``then()`` once module ``name`` has been imported (executed)."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        super().__init__()
+        self.name, self.then = name, then
+
+    def watches(self, fullname: str) -> bool:
+        return fullname == self.name
+
+    def wrap(self, loader: Any) -> WrappedLoader:
+        return _ThenLoader(loader, self.then)
+
+
+class _ThenLoader(WrappedLoader):
+    def __init__(self, loader: Any, then: Callable[[], None]) -> None:
+        super().__init__(loader)
+        self.then = then
+
+    def execute(self, module: types.ModuleType) -> None:
+        super().execute(module)
+        self.then()
 
 
 def _scheduler_treats_sim_as_cpu() -> None:

@@ -1,5 +1,6 @@
-"""Written for CUDA: tests/programs/compile_train.py's compiled training loop without flex_attention (which torch
-allows only on CUDA, CPU, HPU and MPS tensors); prints the device and the losses as JSON."""
+"""Written for CUDA: tests/programs/compile_train.py's compiled training loop, its data made on the host so that
+sim and the CPU backend train on the same numbers (flex_attention is test_sim_compile's own test); prints the
+device and the losses as JSON."""
 import json
 import sys
 
