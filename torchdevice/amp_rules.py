@@ -8,9 +8,9 @@ have no rule, so an fp16 activation meets an fp32 argument and the op refuses th
 
 While translation is on, each op outside ``aten`` with a kernel for the source's autocast key and none
 for the target's gets one there (mirrored), both those registered before :func:`install` (a scan of
-the dispatcher) and after: ``register_autocast`` is wrapped, and a C++ library loaded later (torchvision
-imported by the program, its kernels registered as it loads) is found by :func:`refresh`, which a
-translated ``torch.autocast`` calls as it starts. The mirrored kernel casts as the rule does:
+the dispatcher) and after: ``register_autocast`` and ``Library.impl`` are wrapped, and a C++ library
+loaded later (torchvision imported by the program, its kernels registered as it loads) is found by
+:func:`refresh`, which a translated ``torch.autocast`` calls as it starts. The mirrored kernel casts as the rule does:
 
 * a rule registered from Python: its ``cast_inputs`` dtype, read from the registration (floating
   inputs cast to it, the op run with autocast off, as torch's own kernel does);
@@ -67,6 +67,7 @@ def install(patcher: Patcher, target: Target) -> None:
     patcher.set(torch.library, "register_autocast", _after(wrapped, source, source_key, tt, target_key))
     opdef = torch._library.custom_ops.CustomOpDef
     patcher.set(opdef, "register_autocast", _method_after(opdef.register_autocast, source, source_key, tt, target_key))
+    patcher.set(torch.library.Library, "impl", _impl_after(torch.library.Library.impl, source_key))
 
 
 def refresh() -> None:
@@ -119,6 +120,20 @@ def _method_after(register: Callable[..., Any], source: str, source_key: str, tt
         return result
 
     return register_autocast
+
+
+def _impl_after(impl: Callable[..., Any], source_key: str) -> Callable[..., Any]:
+    """``Library.impl``, a kernel registered for the source's autocast key mirrored at once."""
+
+    @functools.wraps(impl)
+    def library_impl(self: Any, op_name: Any, fn: Any, dispatch_key: str = "", *args: Any, **kwargs: Any) -> Any:
+        result = impl(self, op_name, fn, dispatch_key, *args, **kwargs)
+        if dispatch_key == source_key and _keys is not None:
+            name = op_name.name() if isinstance(op_name, torch._ops.OpOverload) else f"{self.ns}::{op_name}"
+            _mirror(name, *_keys)
+        return result
+
+    return library_impl
 
 
 def _qualname(op: Any) -> str:

@@ -145,3 +145,22 @@ def test_a_rule_of_a_library_imported_while_translating_casts_on_the_target(on_t
     tdamprules_lib.lib._destroy()
     assert out.dtype == torch.float16
     assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())
+
+
+def test_a_kernel_registered_for_autocast_cuda_while_translating_casts_on_the_target(on_target, library,
+                                                                                    monkeypatch):
+    """``Library.impl(..., "AutocastCUDA")`` called by the program after translation started: mirrored as it is
+    registered, not left to the next scan (which runs only once a module was imported since: off here)."""
+    from torchdevice import amp_rules
+
+    monkeypatch.setattr(amp_rules, "refresh", lambda: None)
+    namespace, lib = library
+    with torchdevice.patched():
+        op = _op(namespace, lib, "direct")
+        lib.impl("direct", lambda a, b: None, "AutocastCUDA")  # never runs: no CUDA tensor reaches it
+        a, b = _half_and_full()
+        with torch.autocast("cuda", dtype=torch.float16):
+            half = a @ a
+            out = op(half, b)
+        assert out.dtype == torch.float16
+        assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())
