@@ -38,6 +38,24 @@ def _free_port() -> int:
 #: program -> (environment, rtol, label): sim alone's printed numbers must match the same program's on sim under
 #: that environment. HF Trainer over 2 sim devices (nn.DataParallel) against 1, the global batch the same.
 ORACLES = {"tests/frameworks/trainer_dataparallel.py": ({"CUDA_VISIBLE_DEVICES": "0"}, 1e-6, "2 devices against 1")}
+#: program -> the keys of its last printed line (JSON) that describe the machine, not the computation: each
+#: backend answers them for itself (sim has 2 devices, the cpu backend 1; each counts its own memory)
+MACHINE_FACTS = {"tests/programs/accelerator_mnist.py": frozenset({"device_count", "allocated"})}
+
+
+def machine_facts(program: str, whole: dict) -> str:
+    """The cause of a whole-run difference that lies only in ``MACHINE_FACTS[program]``, read from the two last
+    lines ("" where the program has none, or where anything else differs: another line, another key)."""
+    first = whole.get("first_difference") or {}
+    facts = MACHINE_FACTS.get(program)
+    if not facts or first.get("line") is None or whole.get("lines") != [first["line"]] * 2:
+        return ""
+    try:
+        reference, backend = json.loads(first["reference"]), json.loads(first["backend"])
+    except (TypeError, ValueError):
+        return ""
+    differing = sorted(k for k in reference.keys() | backend.keys() if reference.get(k) != backend.get(k))
+    return f"machine facts ({', '.join(differing)})" if differing and set(differing) <= facts else ""
 
 
 def _setup(program: str, tmp: str) -> tuple[list[str], dict[str, str]]:
@@ -93,7 +111,8 @@ def check(program: str, args: list[str] | None = None, cwd: Path = ROOT, python:
     summary = data.get("summary", {})
     whole = data.get("whole_run") or {}
     differs = whole.get("first_difference") is not None
-    causes = [f"{sum(r['calls'] for r in data.get('random_ops', []))} random calls" if data.get("random_ops") else "",
+    causes = [machine_facts(program, whole) if differs else "",
+              f"{sum(r['calls'] for r in data.get('random_ops', []))} random calls" if data.get("random_ops") else "",
               f"{len(data['autocast_dtypes'])} autocast dtypes" if data.get("autocast_dtypes") else ""]
     row = {"program": program, "compare_status": status, "ops_compared": summary.get("ops_compared"),
            "over_tolerance": summary.get("ops_over_tolerance"), "reference_failed": summary.get("reference_failed"),

@@ -86,3 +86,20 @@ def test_the_peer_programs_exist_and_are_written_for_cuda(peers, truth):
     for program in peers.PROGRAMS + list(peers.VISION) + list(truth.ORACLES):
         text = (truth.ROOT / program).read_text()
         assert "torch.cuda.is_available()" in text and "sim" not in text.replace("sim's", "")
+
+
+def test_a_difference_only_in_the_machines_own_answers_is_named_and_any_other_is_not(truth):
+    program = "tests/programs/accelerator_mnist.py"
+    line = {"losses": [2.3, 2.1], "evaluated": 16.0, "device_count": 1, "allocated": 4096}
+
+    def whole(backend_line: dict, lines: int = 1) -> dict:
+        return {"lines": [lines, lines], "first_difference": {
+            "line": 1, "reference": json.dumps(line), "backend": json.dumps(backend_line)}}
+
+    sim = {**line, "device_count": 2, "allocated": 5120}
+    assert truth.machine_facts(program, whole(sim)) == "machine facts (allocated, device_count)"
+    assert truth.machine_facts(program, whole({**sim, "losses": [2.3, 2.2]})) == ""  # a number of the computation
+    assert truth.machine_facts(program, whole(sim, lines=2)) == ""  # a later line was not compared
+    assert truth.machine_facts("examples/train_cuda.py", whole(sim)) == ""  # a program with no such facts
+    assert truth.machine_facts(program, {"lines": [1, 1], "first_difference": {
+        "line": 1, "reference": "loss 2.3", "backend": "loss 2.4"}}) == ""
