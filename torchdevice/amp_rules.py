@@ -63,11 +63,10 @@ def install(patcher: Patcher, target: Target) -> None:
     global _keys
     _keys = (source, source_key, tt, target_key)
     _scan()
-    wrapped = torch.library.register_autocast
-    patcher.set(torch.library, "register_autocast", _after(wrapped, source, source_key, tt, target_key))
+    patcher.set(torch.library, "register_autocast", _after(torch.library.register_autocast))
     opdef = torch._library.custom_ops.CustomOpDef
-    patcher.set(opdef, "register_autocast", _method_after(opdef.register_autocast, source, source_key, tt, target_key))
-    patcher.set(torch.library.Library, "impl", _impl_after(torch.library.Library.impl, source_key))
+    patcher.set(opdef, "register_autocast", _method_after(opdef.register_autocast))
+    patcher.set(torch.library.Library, "impl", _impl_after(torch.library.Library.impl))
 
 
 def refresh() -> None:
@@ -100,35 +99,39 @@ def _scan() -> None:
             _mirror(name, *_keys)
 
 
-def _after(register: Callable[..., Any], source: str, source_key: str, tt: str, target_key: str) -> Callable[..., Any]:
+def _after(register: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.library.register_autocast``, a rule for the source mirrored at once."""
+
     @functools.wraps(register)
     def register_autocast(op: Any, device_type: str, cast_inputs: torch.dtype, /, **kwargs: Any) -> Any:
         result = register(op, device_type, cast_inputs, **kwargs)
-        if device_type == source:
-            _mirror(_qualname(op), source, source_key, tt, target_key)
+        if _keys is not None and device_type == _keys[0]:
+            _mirror(_qualname(op), *_keys)
         return result
 
     return register_autocast
 
 
-def _method_after(register: Callable[..., Any], source: str, source_key: str, tt: str, target_key: str) -> Callable[..., Any]:
+def _method_after(register: Callable[..., Any]) -> Callable[..., Any]:
+    """``CustomOpDef.register_autocast``, a rule for the source mirrored at once."""
+
     @functools.wraps(register)
     def register_autocast(self: Any, device_type: str, cast_inputs: torch.dtype) -> Any:
         result = register(self, device_type, cast_inputs)
-        if device_type == source:
-            _mirror(self._qualname, source, source_key, tt, target_key)
+        if _keys is not None and device_type == _keys[0]:
+            _mirror(self._qualname, *_keys)
         return result
 
     return register_autocast
 
 
-def _impl_after(impl: Callable[..., Any], source_key: str) -> Callable[..., Any]:
+def _impl_after(impl: Callable[..., Any]) -> Callable[..., Any]:
     """``Library.impl``, a kernel registered for the source's autocast key mirrored at once."""
 
     @functools.wraps(impl)
     def library_impl(self: Any, op_name: Any, fn: Any, dispatch_key: str = "", *args: Any, **kwargs: Any) -> Any:
         result = impl(self, op_name, fn, dispatch_key, *args, **kwargs)
-        if dispatch_key == source_key and _keys is not None:
+        if _keys is not None and dispatch_key == _keys[1]:
             name = op_name.name() if isinstance(op_name, torch._ops.OpOverload) else f"{self.ns}::{op_name}"
             _mirror(name, *_keys)
         return result
