@@ -354,13 +354,13 @@ class ShadowMode(TorchDispatchMode):
                 return out
             found = self._compare(entry, func, args, out, ref_out)
             if found["status"] == "diverged" and threads > 1 and skip is None and not func._schema.is_mutable:
-                found = self._on_the_programs_threads(found, func, args, out, ref_args, ref_kwargs, threads)
+                found = self._on_the_programs_threads(entry, found, func, args, out, ref_args, ref_kwargs, threads)
             self.record(found)
         finally:
             torch.set_num_threads(threads)
         return out
 
-    def _on_the_programs_threads(self, found: dict, func: OpOverload, args: tuple[Any, ...], out: object,
+    def _on_the_programs_threads(self, entry: dict, found: dict, func: OpOverload, args: tuple[Any, ...], out: object,
                                  ref_args: tuple[Any, ...], ref_kwargs: dict[str, Any], threads: int) -> dict:
         """An op over tolerance, re-run on the reference with the program's intra-op threads: a reduction a CPU
         kernel splits per thread (layer_norm's backward: dgamma, dbeta) sums in another order on one thread.
@@ -371,9 +371,7 @@ class ShadowMode(TorchDispatchMode):
             ref_out = func(*ref_args, **ref_kwargs)
         except Exception:  # noqa: BLE001 - it ran on one thread: keep that comparison
             return found
-        again = self._compare({k: found[k] for k in ("index", "op", "module", "location", "phase")}, func, args,
-                              out, ref_out)
-        return {**again, "reference_threads": threads}
+        return {**self._compare(entry, func, args, out, ref_out), "reference_threads": threads}
 
     def _random(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], out: object = _UNRUN) -> object:
         """Record a random op that drew from B's generator (run it first where it has not run)."""
