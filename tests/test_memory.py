@@ -7,20 +7,13 @@ import re
 
 import pytest
 import torch
+from helpers import host_backends
 
 import torchdevice
-from torchdevice import cpu, memstats, router, translate
+from torchdevice import cpu, memstats, translate
 from torchdevice import host as host_os
 
 CUDA_MEMORY_SUMMARY = torch.cuda.memory.memory_summary  # torch's own, taken before any patch
-
-
-def _host_backends() -> list[str]:
-    names = ["cpu"]
-    record = router.discover().get("mlx")
-    if record is not None and record.available:
-        names.append("mlx")
-    return names
 
 
 @pytest.fixture
@@ -47,7 +40,7 @@ def translated(on_target, target):
         translate.unpatch()
 
 
-@pytest.fixture(params=_host_backends())
+@pytest.fixture(params=host_backends())
 def host(request):
     torchdevice.use(request.param)
     translate.patch()

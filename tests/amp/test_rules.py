@@ -45,6 +45,17 @@ def _half_and_full():
     return a, torch.randn(4, generator=torch.Generator().manual_seed(1)).cuda()
 
 
+def _assert_the_fp32_convention(op) -> None:
+    """Under ``torch.autocast("cuda", float16)``, translated: ``op`` on an fp16 activation and an fp32 argument
+    runs in float32 and returns float16 (the mirrored kernel of a rule that cannot be read, torchvision's)."""
+    a, b = _half_and_full()
+    with torch.autocast("cuda", dtype=torch.float16):
+        half = a @ a
+        out = op(half, b)
+    assert out.dtype == torch.float16
+    assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())
+
+
 def test_a_rule_registered_before_translation_casts_on_the_target(on_target, library):
     namespace, lib = library
     op = _op(namespace, lib, "before")
@@ -81,12 +92,7 @@ def test_an_unreadable_rule_runs_in_float32_and_returns_the_inputs_dtype(on_targ
     op = _op(namespace, lib, "cxx")
     lib.impl("cxx", lambda a, b: None, "AutocastCUDA")  # never runs: no CUDA tensor reaches it
     with torchdevice.patched():
-        a, b = _half_and_full()
-        with torch.autocast("cuda", dtype=torch.float16):
-            half = a @ a
-            out = op(half, b)
-        assert out.dtype == torch.float16
-        assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())
+        _assert_the_fp32_convention(op)
 
 
 def test_unpatch_removes_the_mirrored_kernels(on_target, library):
@@ -136,15 +142,11 @@ def test_a_rule_of_a_library_imported_while_translating_casts_on_the_target(on_t
     with torchdevice.patched():
         import tdamprules_lib
 
-        tdamprules_lib.lib.impl("late", _strict, "CompositeExplicitAutograd")
-        op = getattr(torch.ops, namespace).late
-        a, b = _half_and_full()
-        with torch.autocast("cuda", dtype=torch.float16):
-            half = a @ a
-            out = op(half, b)
-    tdamprules_lib.lib._destroy()
-    assert out.dtype == torch.float16
-    assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())
+        try:
+            tdamprules_lib.lib.impl("late", _strict, "CompositeExplicitAutograd")
+            _assert_the_fp32_convention(getattr(torch.ops, namespace).late)
+        finally:
+            tdamprules_lib.lib._destroy()
 
 
 def test_a_kernel_registered_for_autocast_cuda_while_translating_casts_on_the_target(on_target, library,
@@ -158,9 +160,4 @@ def test_a_kernel_registered_for_autocast_cuda_while_translating_casts_on_the_ta
     with torchdevice.patched():
         op = _op(namespace, lib, "direct")
         lib.impl("direct", lambda a, b: None, "AutocastCUDA")  # never runs: no CUDA tensor reaches it
-        a, b = _half_and_full()
-        with torch.autocast("cuda", dtype=torch.float16):
-            half = a @ a
-            out = op(half, b)
-        assert out.dtype == torch.float16
-        assert torch.equal(out.cpu(), _strict(half.float(), b).half().cpu())
+        _assert_the_fp32_convention(op)
