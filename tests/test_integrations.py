@@ -78,7 +78,7 @@ def test_activation_on_import_and_exact_removal(fakefw, target):
     assert fake.calls == [("tdfake_fw.core", target.name)]
     assert core.Device().check("cuda") == "adapted"
     assert integrations.is_active("fakefw")
-    assert type(core.__loader__).__name__ != "_Loader" and core.__spec__.loader is core.__loader__
+    assert type(core.__loader__).__name__ != "_ThenLoader" and core.__spec__.loader is core.__loader__
     torchdevice.unpatch()
     assert core.Device.__dict__["check"] is not original  # the patch was on the class itself
     assert core.Device().check("cuda") == "native"

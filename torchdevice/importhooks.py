@@ -5,8 +5,9 @@ watches (:meth:`WrappingFinder.watches`), it asks the other finders of ``sys.met
 module's spec, then wraps that spec's loader (:meth:`WrappingFinder.wrap`) in a
 :class:`WrappedLoader`, whose :meth:`~WrappedLoader.execute` runs the module's code with something
 around or after it. Used by :class:`torchdevice.boundary.TorchImports` (torch's modules imported
-with torch unpatched) and by the framework integrations' watcher (:mod:`torchdevice.integrations`:
-a framework adapted once its module is imported).
+with torch unpatched); :class:`AfterImport` runs a function once a module is imported, for the
+framework integrations' watcher (:mod:`torchdevice.integrations`: a framework adapted once its module
+is imported) and for plugins (sim patches inductor's flex_attention lowering once it is imported).
 
 The module keeps its real loader (``module.__loader__`` and ``module.__spec__.loader`` are put
 back before it executes: ``inspect`` and ``importlib.resources`` read them), and a finder asked
@@ -20,7 +21,7 @@ import sys
 import threading
 import types
 from importlib.machinery import ModuleSpec
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Collection, Sequence, cast
 
 
 class WrappedLoader:
@@ -103,3 +104,29 @@ class WrappingFinder(importlib.abc.MetaPathFinder):
             return None
         finally:
             busy.discard(fullname)
+
+
+class AfterImport(WrappingFinder):
+    """Runs ``then(module)`` once a module named in ``names`` has been imported (its code executed)."""
+
+    def __init__(self, names: Collection[str], then: Callable[[types.ModuleType], None]) -> None:
+        super().__init__()
+        self.names, self.then = names, then
+
+    def watches(self, fullname: str) -> bool:
+        return fullname in self.names
+
+    def wrap(self, loader: Any) -> WrappedLoader:
+        return _ThenLoader(loader, self.then)
+
+
+class _ThenLoader(WrappedLoader):
+    """The real loader, then :attr:`then` with the module."""
+
+    def __init__(self, loader: Any, then: Callable[[types.ModuleType], None]) -> None:
+        super().__init__(loader)
+        self.then = then
+
+    def execute(self, module: types.ModuleType) -> None:
+        super().execute(module)
+        self.then(module)

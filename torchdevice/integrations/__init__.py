@@ -41,11 +41,10 @@ import importlib.machinery
 import os
 import sys
 import threading
-import types
 from typing import Any
 
 from ..hookspecs import Integration, hookimpl
-from ..importhooks import WrappedLoader, WrappingFinder
+from ..importhooks import AfterImport
 
 ENV_DISABLE = "TORCHDEVICE_DISABLE_INTEGRATIONS"
 GROUP = "torchdevice.integrations"
@@ -202,26 +201,11 @@ def _module_imported(module: Any) -> None:
                 _install(state, module)
 
 
-class _Loader(WrappedLoader):
-    """Runs the real loader, then the integrations watching the module."""
-
-    def execute(self, module: types.ModuleType) -> None:
-        self.loader.exec_module(module)
-        _module_imported(module)
-
-
-class _Watcher(WrappingFinder):
-    """Wraps the loader of each watched module (:class:`torchdevice.importhooks.WrappingFinder`)."""
+class _Watcher(AfterImport):
+    """Adapts each watched module once imported (:class:`torchdevice.importhooks.AfterImport`)."""
 
     def __init__(self, names: set[str]) -> None:
-        super().__init__()
-        self.names = names
-
-    def watches(self, fullname: str) -> bool:
-        return fullname in self.names
-
-    def wrap(self, loader: Any) -> WrappedLoader:
-        return _Loader(loader)
+        super().__init__(names, _module_imported)
 
 
 class _FinishingSpec(importlib.machinery.ModuleSpec):

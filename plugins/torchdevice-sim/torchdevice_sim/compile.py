@@ -12,12 +12,11 @@ after a kernel runs after it anyway. Python wrapper only: ``cpp_wrapper=True`` i
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from torchdevice.importhooks import WrappedLoader, WrappingFinder
+from torchdevice.importhooks import AfterImport
 
 from . import runtime
 
@@ -112,7 +111,7 @@ def _flex_attention_as_on_the_cpu() -> None:
     if _FLEX_LOWERING in sys.modules:
         _lower_flex_attention_on_sim_as_on_the_cpu()
     else:
-        sys.meta_path.insert(0, _AfterImport(_FLEX_LOWERING, _lower_flex_attention_on_sim_as_on_the_cpu))
+        sys.meta_path.insert(0, AfterImport({_FLEX_LOWERING}, lambda _: _lower_flex_attention_on_sim_as_on_the_cpu()))
 
 
 def _lower_flex_attention_on_sim_as_on_the_cpu() -> None:
@@ -132,30 +131,6 @@ def _lower_flex_attention_on_sim_as_on_the_cpu() -> None:
 
     flex_attention._sim = True  # type: ignore[attr-defined]
     lowering.lowerings[op] = flex_attention
-
-
-class _AfterImport(WrappingFinder):
-    """Runs ``then()`` once module ``name`` has been imported (executed)."""
-
-    def __init__(self, name: str, then: Callable[[], None]) -> None:
-        super().__init__()
-        self.name, self.then = name, then
-
-    def watches(self, fullname: str) -> bool:
-        return fullname == self.name
-
-    def wrap(self, loader: Any) -> WrappedLoader:
-        return _ThenLoader(loader, self.then)
-
-
-class _ThenLoader(WrappedLoader):
-    def __init__(self, loader: Any, then: Callable[[], None]) -> None:
-        super().__init__(loader)
-        self.then = then
-
-    def execute(self, module: types.ModuleType) -> None:
-        super().execute(module)
-        self.then()
 
 
 def _scheduler_treats_sim_as_cpu() -> None:
